@@ -1,0 +1,1 @@
+"""Thin adapters over solver/ and topology/: CLI, HTTP service, report rendering, launcher exports."""

@@ -1,0 +1,1 @@
+"""One module per CLI subcommand. Each defines `add_parser(subparsers)` and `run(args) -> int`."""

@@ -1,0 +1,1 @@
+"""Pure cost functions (no ortools): accounting, compute, communication, memory, step time."""

@@ -1,0 +1,227 @@
+"""Exact run accounting: parameters, model-state bytes, FLOPs, wall time, batch, grad-sync bound.
+
+Unit legend: counts are plain ints; `_bytes` bytes; `_flops` floating-point operations;
+`_s` seconds; `_gb_s` 1e9 bytes per second.
+Sources: parameter counts follow the layer definitions (Vaswani et al. 2017; GQA, Ainslie et
+al. 2023; SwiGLU, Shazeer 2020) and agree with Narayanan et al. 2021 eq. 2 for GPT;
+FLOPs follow the seed plan (reference/seed-70b-plan.md, "Count the compute") and
+Kaplan et al. 2020 (6 N T); ring all-reduce bound from Patarasuk & Yuan 2009.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from solver.errors import SpecError
+from solver.specs import LayoutSpec, ModelSpec, PrecisionRecipe, TrainingSpec
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """Exact parameter counts by component."""
+
+    embedding: int
+    position_embedding: int
+    lm_head: int
+    attention_per_layer: int
+    ffn_per_layer: int
+    norms_per_layer: int
+    final_norm: int
+    layers: int
+
+    @property
+    def per_layer(self) -> int:
+        return self.attention_per_layer + self.ffn_per_layer + self.norms_per_layer
+
+    @property
+    def transformer_layers(self) -> int:
+        return self.layers * self.per_layer
+
+    @property
+    def total(self) -> int:
+        return (self.embedding + self.position_embedding + self.lm_head
+                + self.transformer_layers + self.final_norm)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "embedding": self.embedding, "position_embedding": self.position_embedding,
+            "lm_head": self.lm_head, "attention_per_layer": self.attention_per_layer,
+            "ffn_per_layer": self.ffn_per_layer, "norms_per_layer": self.norms_per_layer,
+            "per_layer": self.per_layer, "layers": self.layers,
+            "transformer_layers": self.transformer_layers, "final_norm": self.final_norm,
+            "total": self.total,
+        }
+
+
+def attention_params(m: ModelSpec) -> int:
+    """Q and O are D x (H*dh); K and V are D x (K*dh) under GQA (Ainslie et al. 2023)."""
+    q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    weights = 2 * m.hidden * q_width + 2 * m.hidden * kv_width
+    biases = (q_width + 2 * kv_width + m.hidden) if m.bias else 0
+    return weights + biases
+
+
+def ffn_params(m: ModelSpec) -> int:
+    """Gated (SwiGLU): gate, up (D x F) and down (F x D) = 3DF; plain: 2DF (Shazeer 2020)."""
+    matrices = 3 if m.ffn_gated else 2
+    biases = ((2 if m.ffn_gated else 1) * m.ffn_hidden + m.hidden) if m.bias else 0
+    return matrices * m.hidden * m.ffn_hidden + biases
+
+
+def norm_params(m: ModelSpec) -> int:
+    """One norm: RMSNorm has a scale (D); LayerNorm a scale and a shift (2D)."""
+    return m.hidden * (2 if m.norm == "layernorm" else 1)
+
+
+def parameter_counts(m: ModelSpec, seq_len: int | None = None) -> ParameterCounts:
+    """Exact parameters by component. Learned positions need m.max_positions or seq_len.
+
+    Raises: SpecError when learned positions have no table size.
+    """
+    positions = 0
+    if m.position_embedding == "learned":
+        size = m.max_positions or seq_len
+        if size is None:
+            raise SpecError("model.max_positions: learned position embeddings need a table size")
+        positions = size * m.hidden
+    return ParameterCounts(
+        embedding=m.vocab * m.hidden,
+        position_embedding=positions,
+        lm_head=0 if m.tied_embeddings else m.vocab * m.hidden,
+        attention_per_layer=attention_params(m),
+        ffn_per_layer=ffn_params(m),
+        norms_per_layer=2 * norm_params(m),  # pre-attention and pre-FFN norms
+        final_norm=norm_params(m),
+        layers=m.layers,
+    )
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    def as_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "total": self.total}
+
+
+def model_state_bytes(params: int, recipe: PrecisionRecipe) -> StateBytes:
+    """Unsharded model state: weights + gradients + optimizer (seed: 2 + 2 + 8 bytes/param)."""
+    return StateBytes(params * recipe.weight_bytes, params * recipe.grad_bytes,
+                      params * recipe.optimizer_bytes_per_param)
+
+
+def per_gpu_model_state_bytes(params: int, recipe: PrecisionRecipe, layout: LayoutSpec) -> StateBytes:
+    """Model state per GPU, parameters split evenly over TP x PP (seed, "Choose a first layout").
+
+    ZeRO (Rajbhandari et al. 2020, sec. 5): stage 1 shards the optimizer over the
+    data-parallel group, 2 also gradients, 3 also weights. With context parallelism the
+    data-parallel group of the distributed optimizer is DP x CP (Megatron-LM).
+    """
+    local = params / (layout.tp * layout.pp)
+    shard = layout.dp * layout.cp
+    full = model_state_bytes(1, recipe)
+    z = layout.zero_stage
+    return StateBytes(
+        weights=local * full.weights / (shard if z >= 3 else 1),
+        gradients=local * full.gradients / (shard if z >= 2 else 1),
+        optimizer=local * full.optimizer / (shard if z >= 1 else 1),
+    )
+
+
+@dataclass(frozen=True)
+class Flops:
+    parameter_matmul: float
+    attention_full: float
+    attention_causal: float
+    causal: bool
+
+    @property
+    def attention(self) -> float:
+        return self.attention_causal if self.causal else self.attention_full
+
+    @property
+    def total(self) -> float:
+        return self.parameter_matmul + self.attention
+
+
+def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Forward+backward attention scores and weighted values per token: 12 S (H dh) L.
+
+    Forward: QK^T and AV are 2 matmuls of 2*S*H*dh FLOPs per token each (4 S H dh);
+    backward twice that; total 12 S H dh per layer (seed plan; Narayanan et al. 2021 eq. 3).
+    """
+    return 12.0 * seq_len * m.heads * m.head_dim * m.layers
+
+
+def training_flops(m: ModelSpec, t: TrainingSpec, params: int) -> Flops:
+    """Model FLOPs for the run: 6 N T (Kaplan et al. 2020) plus attention, both conventions.
+
+    Raises: SpecError when training.tokens is not given.
+    """
+    if t.tokens is None:
+        raise SpecError("training.tokens: needed for run FLOPs and wall time")
+    attn = attention_flops_per_token(m, t.seq_len) * t.tokens
+    return Flops(6.0 * params * t.tokens, attn, attn / 2, t.causal_attention_flops)
+
+
+@dataclass(frozen=True)
+class RunTime:
+    assumed_mfu: float
+    cluster_peak_flops: float
+    wall_s: float
+    gpu_hours: float
+    cost: float | None
+
+    @property
+    def days(self) -> float:
+        return self.wall_s / 86_400
+
+
+def run_time(total_flops: float, gpus: int, peak_flops_per_gpu: float, t: TrainingSpec,
+             mfu: float | None = None) -> RunTime:
+    """Wall time = FLOPs / (GPUs x peak x MFU); GPU-hours = wall x GPUs / 3600."""
+    mfu = t.assumed_mfu if mfu is None else mfu
+    peak = gpus * peak_flops_per_gpu
+    wall = total_flops / (peak * mfu)
+    hours = wall * gpus / 3600
+    cost = None if t.price_per_gpu_hour is None else hours * t.price_per_gpu_hour
+    return RunTime(mfu, peak, wall, hours, cost)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    micro_batch: int
+    data_parallel: int
+    grad_accum: int
+    sequences_per_step: int
+    tokens_per_step: int
+    target_tokens_per_step: int
+    steps: int | None
+
+
+def batch_plan(t: TrainingSpec, dp: int, micro_batch: int) -> BatchPlan:
+    """Global batch = DP x micro-batch x accumulation x seq_len (seed, "Build the global batch").
+
+    TP and CP ranks share sequences, so only DP replicas multiply the batch. Accumulation
+    is the nearest whole number of micro-batches to the target (at least 1).
+    """
+    per_pass = dp * micro_batch * t.seq_len
+    accum = max(1, round(t.global_batch_tokens / per_pass))
+    tokens = per_pass * accum
+    steps = None if t.tokens is None else math.ceil(t.tokens / tokens)
+    return BatchPlan(micro_batch, dp, accum, dp * micro_batch * accum, tokens,
+                     t.global_batch_tokens, steps)
+
+
+def ring_allreduce_lower_bound_s(message_bytes: float, ranks: int, bandwidth_gb_s: float) -> float:
+    """Large-message ring all-reduce: 2 (d-1)/d x bytes / busbw (Patarasuk & Yuan 2009)."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * message_bytes / (bandwidth_gb_s * 1e9)

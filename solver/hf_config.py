@@ -1,0 +1,74 @@
+"""Hugging Face config.json -> ModelSpec.
+
+Llama/Mistral/Qwen2 keys: num_hidden_layers, hidden_size, intermediate_size,
+num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings.
+GPT-2 keys: n_layer, n_embd, n_head, n_inner (default 4 x n_embd), vocab_size, n_positions.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from solver.errors import Problem, SpecError
+from solver.specs import ModelSpec
+from topology.spec import parse_spec
+
+_LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+_GPT2_KEYS = ("n_layer", "n_embd", "n_head")
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    """True when the object looks like a Hugging Face config (Llama- or GPT-2-style)."""
+    return all(k in data for k in _LLAMA_KEYS) or all(k in data for k in _GPT2_KEYS)
+
+
+def _need(data: dict[str, Any], key: str) -> Any:
+    if key not in data:
+        raise SpecError(f"model.{key}: required field is missing", [Problem(f"model.{key}", "required field is missing")])
+    return data[key]
+
+
+def _llama(data: dict[str, Any]) -> dict[str, Any]:
+    hidden, heads = _need(data, "hidden_size"), _need(data, "num_attention_heads")
+    head_dim = data.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else hidden)
+    return {
+        "name": data.get("_name_or_path") or data.get("model_type") or "hf-model",
+        "layers": _need(data, "num_hidden_layers"),
+        "hidden": hidden,
+        "ffn_hidden": _need(data, "intermediate_size"),
+        "ffn_gated": data.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu")
+        or data.get("model_type") in ("llama", "mistral", "qwen2", "qwen3", "gemma"),
+        "heads": heads,
+        "kv_heads": data.get("num_key_value_heads") or heads,
+        "head_dim": head_dim,
+        "vocab": _need(data, "vocab_size"),
+        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "position_embedding": "rope",
+        "norm": "rmsnorm",
+        "bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False)),
+    }
+
+
+def _gpt2(data: dict[str, Any]) -> dict[str, Any]:
+    hidden, heads = _need(data, "n_embd"), _need(data, "n_head")
+    return {
+        "name": data.get("_name_or_path") or data.get("model_type") or "gpt2",
+        "layers": _need(data, "n_layer"),
+        "hidden": hidden,
+        "ffn_hidden": data.get("n_inner") or (4 * hidden if isinstance(hidden, int) else hidden),
+        "ffn_gated": False,
+        "heads": heads,
+        "kv_heads": heads,
+        "head_dim": hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else hidden,
+        "vocab": _need(data, "vocab_size"),
+        "tied_embeddings": bool(data.get("tie_word_embeddings", True)),
+        "position_embedding": "learned",
+        "norm": "layernorm",
+        "bias": True,
+        "max_positions": data.get("n_positions") or data.get("n_ctx") or 1024,
+    }
+
+
+def model_from_hf_config(data: dict[str, Any]) -> ModelSpec:
+    """Map a Hugging Face config.json object to a ModelSpec. Raises: SpecError."""
+    native = _llama(data) if all(k in data for k in _LLAMA_KEYS) else _gpt2(data)
+    return parse_spec(ModelSpec, native, "model")

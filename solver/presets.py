@@ -1,0 +1,83 @@
+"""Model and training presets (one JSON file each under solver/data/), read lazily.
+
+`load_model` also accepts a Hugging Face config.json (see solver.hf_config).
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from solver.errors import SpecError, UnknownPresetError
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from topology.catalog import read_json_arg
+from topology.spec import parse_spec
+
+DATA = Path(__file__).parent / "data"
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names of the presets of one kind ('models' or 'training')."""
+    return sorted(p.stem for p in (DATA / kind).glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def _raw(kind: str, name: str) -> dict[str, Any]:
+    path = DATA / kind / f"{name}.json"
+    if not path.is_file():
+        raise UnknownPresetError(
+            f"unknown {kind.rstrip('s')} preset '{name}' (known: {', '.join(preset_names(kind))})")
+    return json.loads(path.read_text())
+
+
+def preset_source(kind: str, name: str) -> str:
+    return _raw(kind, name).get("_source", "")
+
+
+def _strip(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in raw.items() if not k.startswith("_")}
+
+
+def _resolve(arg: Any, kind: str, field: str) -> Any:
+    if isinstance(arg, str):
+        if arg.endswith(".json") or "/" in arg:
+            return read_json_arg(arg, field)
+        return _strip(_raw(kind, arg))
+    return arg
+
+
+def load_model(arg: str | dict[str, Any] | ModelSpec) -> ModelSpec:
+    """A model from a preset name, a JSON path or an object (native or HF config.json).
+
+    Raises: SpecError.
+    """
+    if isinstance(arg, ModelSpec):
+        return arg
+    data = _resolve(arg, "models", "model")
+    if not isinstance(data, dict):
+        raise SpecError("model: expected an object, a preset name or a path to a JSON file")
+    from solver.hf_config import is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        return model_from_hf_config(data)
+    return parse_spec(ModelSpec, data, "model")
+
+
+def load_training(arg: str | dict[str, Any] | TrainingSpec) -> TrainingSpec:
+    """Training spec from a preset name, a JSON path or an object. Raises: SpecError."""
+    if isinstance(arg, TrainingSpec):
+        return arg
+    data = _resolve(arg, "training", "training")
+    if not isinstance(data, dict):
+        raise SpecError("training: expected an object, a preset name or a path to a JSON file")
+    return parse_spec(TrainingSpec, data, "training")
+
+
+def load_layout(arg: str | dict[str, Any] | LayoutSpec) -> LayoutSpec:
+    """Layout from an inline object, a JSON path, or a JSON string. Raises: SpecError."""
+    if isinstance(arg, LayoutSpec):
+        return arg
+    if isinstance(arg, str):
+        arg = json.loads(arg) if arg.lstrip().startswith("{") else read_json_arg(arg, "layout")
+    return parse_spec(LayoutSpec, arg, "layout")

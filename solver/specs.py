@@ -1,0 +1,127 @@
+"""Model, training and layout specifications (validated once at the boundary).
+
+Units: tokens are counts; bytes per value for the precision recipe; price in
+currency units per GPU-hour. Every field is documented where it is declared.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from topology.spec import StrictModel
+
+Recompute = Literal["none", "selective", "full"]
+
+
+class ModelSpec(StrictModel):
+    """A dense decoder-only transformer."""
+
+    name: str = Field(default="model", min_length=1, max_length=200, description="Model name.")
+    layers: int = Field(ge=1, le=10_000, description="Transformer layers (L).")
+    hidden: int = Field(ge=1, le=1_000_000, description="Model width (D, hidden_size).")
+    ffn_hidden: int = Field(ge=1, le=10_000_000, description="Feed-forward inner width (F).")
+    ffn_gated: bool = Field(description="Gated FFN (SwiGLU: 3 matrices) instead of 2 matrices.")
+    heads: int = Field(ge=1, le=100_000, description="Query heads (H).")
+    kv_heads: int = Field(ge=1, le=100_000, description="Key/value heads (K); K = H without GQA.")
+    head_dim: int = Field(ge=1, le=100_000, description="Per-head size (d_h).")
+    vocab: int = Field(ge=1, le=100_000_000, description="Vocabulary size (V).")
+    tied_embeddings: bool = Field(description="LM head shares the token-embedding matrix.")
+    position_embedding: Literal["rope", "learned"] = Field(
+        default="rope", description="Rotary (no parameters) or learned absolute positions.")
+    norm: Literal["rmsnorm", "layernorm"] = Field(
+        default="rmsnorm", description="RMSNorm (scale only) or LayerNorm (scale and shift).")
+    bias: bool = Field(default=False, description="Linear layers carry biases.")
+    max_positions: int | None = Field(
+        default=None, ge=1, le=100_000_000,
+        description="Learned position table size; defaults to the training seq_len.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        return self
+
+
+class PrecisionRecipe(StrictModel):
+    """Bytes per parameter of each piece of model state. Default: the seed's recipe."""
+
+    weight_bytes: int = Field(default=2, ge=1, le=8, description="Bytes per working weight (BF16: 2).")
+    grad_bytes: int = Field(default=2, ge=1, le=8, description="Bytes per gradient (BF16: 2; FP32: 4).")
+    optimizer_moment_bytes: int = Field(
+        default=4, ge=1, le=8, description="Bytes per Adam moment; two moments are kept.")
+    optimizer_moments: int = Field(default=2, ge=0, le=4, description="Moments per parameter (Adam: 2).")
+    master_weights: bool = Field(default=False, description="Keep a separate FP32 master copy (4 bytes).")
+
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """Optimizer state (moments plus FP32 master weights if kept), bytes per parameter."""
+        return self.optimizer_moments * self.optimizer_moment_bytes + (4 if self.master_weights else 0)
+
+
+class TrainingSpec(StrictModel):
+    """What to train on and how the batch is sized."""
+
+    tokens: float | None = Field(
+        default=None, gt=0, le=1e16, description="Training tokens for the whole run (T).")
+    seq_len: int = Field(ge=1, le=100_000_000, description="Sequence length (S).")
+    global_batch_tokens: int = Field(ge=1, le=10**12, description="Target tokens per optimizer step.")
+    precision: PrecisionRecipe = Field(default_factory=PrecisionRecipe, description="Precision recipe.")
+    assumed_mfu: float = Field(default=0.5, gt=0, le=1, description="MFU assumed for the capacity plan.")
+    price_per_gpu_hour: float | None = Field(
+        default=None, ge=0, le=1e6, description="Optional price per GPU-hour for cost estimates.")
+    causal_attention_flops: bool = Field(
+        default=False,
+        description="Count attention FLOPs for a causal mask (half of 12*S*T*H*dh*L). Both are reported.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingSpec":
+        if self.global_batch_tokens < self.seq_len:
+            raise ValueError(
+                f"global_batch_tokens ({self.global_batch_tokens}) is smaller than one sequence "
+                f"(seq_len {self.seq_len})")
+        return self
+
+
+class LayoutSpec(StrictModel):
+    """A parallel layout (Megatron-LM terms)."""
+
+    tp: int = Field(default=1, ge=1, le=1024, description="Tensor-parallel degree.")
+    pp: int = Field(default=1, ge=1, le=10_000, description="Pipeline-parallel stages.")
+    dp: int = Field(default=1, ge=1, le=10_000_000, description="Data-parallel replicas.")
+    cp: int = Field(default=1, ge=1, le=1024, description="Context-parallel degree (sequence split).")
+    vpp: int = Field(default=1, ge=1, le=1024, description="Virtual stages per pipeline rank (interleaving).")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism within TP.")
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        default=0, description="0 replicated; 1 optimizer sharded over DP; 2 + gradients; 3 + weights.")
+    micro_batch: int = Field(default=1, ge=1, le=100_000, description="Sequences per micro-batch per replica.")
+    recompute: Recompute = Field(default="none", description="Activation recompute: none, selective, full.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LayoutSpec":
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError("vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout occupies: tp * pp * dp * cp."""
+        return self.tp * self.pp * self.dp * self.cp
+
+
+def check_layout_fits_model(model: ModelSpec, training: TrainingSpec, layout: LayoutSpec) -> list[str]:
+    """Cross-spec shape checks. Returns 'field: reason' strings (empty when the layout is valid)."""
+    out: list[str] = []
+    if model.heads % layout.tp:
+        out.append(f"layout.tp: {layout.tp} does not divide model.heads ({model.heads})")
+    if layout.tp > model.kv_heads and layout.tp % model.kv_heads:
+        out.append(f"layout.tp: {layout.tp} is neither a divisor nor a multiple of kv_heads ({model.kv_heads})")
+    elif layout.tp <= model.kv_heads and model.kv_heads % layout.tp:
+        out.append(f"layout.tp: {layout.tp} does not divide model.kv_heads ({model.kv_heads})")
+    if layout.pp * layout.vpp > model.layers:
+        out.append(f"layout.pp: pp*vpp ({layout.pp * layout.vpp}) exceeds model.layers ({model.layers})")
+    if training.seq_len % (2 * layout.cp) and layout.cp > 1:
+        out.append(f"layout.cp: seq_len ({training.seq_len}) not divisible by 2*cp ({2 * layout.cp})")
+    return out
