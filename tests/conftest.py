@@ -1,0 +1,28 @@
+"""Shared fixtures: the seed problem's specs (reference/seed-70b-plan.md)."""
+import pytest
+
+from solver.presets import load_model, load_training
+from solver.specs import LayoutSpec
+from topology.catalog import load_cluster
+
+
+@pytest.fixture(scope="session")
+def seed_model():
+    return load_model("seed-70b")
+
+
+@pytest.fixture(scope="session")
+def seed_cluster():
+    return load_cluster("seed-512")
+
+
+@pytest.fixture(scope="session")
+def seed_training():
+    return load_training("seed-300b")
+
+
+@pytest.fixture(scope="session")
+def seed_layout():
+    """The seed's first layout: TP8 in-node, DP64, ZeRO-1, micro-batch 1, selective recompute, SP."""
+    return LayoutSpec(tp=8, pp=1, dp=64, cp=1, vpp=1, sequence_parallel=True, zero_stage=1,
+                      micro_batch=1, recompute="selective")
