@@ -26,3 +26,16 @@ def seed_layout():
     """The seed's first layout: TP8 in-node, DP64, ZeRO-1, micro-batch 1, selective recompute, SP."""
     return LayoutSpec(tp=8, pp=1, dp=64, cp=1, vpp=1, sequence_parallel=True, zero_stage=1,
                       micro_batch=1, recompute="selective")
+
+
+# shared/ sits beside the repository (in sessions and in CI alike): <repo>/../shared.
+SHARED_DIR = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "shared"
+CALIBRATION_RUNS = SHARED_DIR / "calibration" / "runs.jsonl"
+
+
+@pytest.fixture(scope="session")
+def calibration_runs_path():
+    """Path of the published calibration runs (../shared/calibration/runs.jsonl)."""
+    if not CALIBRATION_RUNS.is_file():
+        pytest.skip(f"{CALIBRATION_RUNS} not present")
+    return CALIBRATION_RUNS
