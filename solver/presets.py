@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from solver.errors import SpecError, UnknownPresetError
+from solver.errors import Problem, SpecError, UnknownPresetError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 from topology.catalog import read_json_arg
 from topology.spec import parse_spec
@@ -26,8 +26,9 @@ def preset_names(kind: str) -> list[str]:
 def _raw(kind: str, name: str) -> dict[str, Any]:
     path = DATA / kind / f"{name}.json"
     if not path.is_file():
-        raise UnknownPresetError(
-            f"unknown {kind.rstrip('s')} preset '{name}' (known: {', '.join(preset_names(kind))})")
+        field = "model" if kind == "models" else kind
+        reason = f"unknown preset '{name}' (known: {', '.join(preset_names(kind))})"
+        raise UnknownPresetError(f"{field}: {reason}", [Problem(field, reason)])
     return json.loads(path.read_text())
 
 
@@ -74,10 +75,18 @@ def load_training(arg: str | dict[str, Any] | TrainingSpec) -> TrainingSpec:
     return parse_spec(TrainingSpec, data, "training")
 
 
+def _inline_json(text: str, field: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        reason = f"inline JSON does not parse ({exc.msg} at column {exc.colno})"
+        raise SpecError(f"{field}: {reason}", [Problem(field, reason)]) from None
+
+
 def load_layout(arg: str | dict[str, Any] | LayoutSpec) -> LayoutSpec:
     """Layout from an inline object, a JSON path, or a JSON string. Raises: SpecError."""
     if isinstance(arg, LayoutSpec):
         return arg
     if isinstance(arg, str):
-        arg = json.loads(arg) if arg.lstrip().startswith("{") else read_json_arg(arg, "layout")
+        arg = _inline_json(arg, "layout") if arg.lstrip().startswith("{") else read_json_arg(arg, "layout")
     return parse_spec(LayoutSpec, arg, "layout")

@@ -39,7 +39,7 @@ class ModelSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+            raise ValueError(f"kv_heads: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         return self
 
 
@@ -78,7 +78,7 @@ class TrainingSpec(StrictModel):
     def _check(self) -> "TrainingSpec":
         if self.global_batch_tokens < self.seq_len:
             raise ValueError(
-                f"global_batch_tokens ({self.global_batch_tokens}) is smaller than one sequence "
+                f"global_batch_tokens: {self.global_batch_tokens} is smaller than one sequence "
                 f"(seq_len {self.seq_len})")
         return self
 
@@ -100,9 +100,9 @@ class LayoutSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> "LayoutSpec":
         if self.vpp > 1 and self.pp == 1:
-            raise ValueError("vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+            raise ValueError("vpp: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
         if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1")
+            raise ValueError("sequence_parallel: needs tp > 1")
         return self
 
     @property

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from topology.errors import SpecError, UnknownPresetError
+from topology.errors import Problem, SpecError, UnknownPresetError
 from topology.spec import ClusterSpec, GpuSpec, parse_spec
 
 DATA = Path(__file__).parent / "data"
@@ -21,8 +21,8 @@ def preset_names(kind: str) -> list[str]:
 def _raw(kind: str, name: str) -> dict[str, Any]:
     path = DATA / kind / f"{name}.json"
     if not path.is_file():
-        raise UnknownPresetError(
-            f"unknown {kind[:-1]} preset '{name}' (known: {', '.join(preset_names(kind))})")
+        reason = f"unknown preset '{name}' (known: {', '.join(preset_names(kind))})"
+        raise UnknownPresetError(f"{kind[:-1]}: {reason}", [Problem(kind[:-1], reason)])
     return json.loads(path.read_text())
 
 

@@ -59,12 +59,12 @@ class ClusterSpec(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
         if self.nodes * self.gpus_per_node > 10_000_000:
-            raise ValueError("nodes x gpus_per_node exceeds 10,000,000 GPUs")
+            raise ValueError("nodes: nodes x gpus_per_node exceeds 10,000,000 GPUs")
         bad = [n for n in self.unavailable_nodes if not 0 <= n < self.nodes]
         if bad:
-            raise ValueError(f"unavailable_nodes {bad} outside 0..{self.nodes - 1}")
+            raise ValueError(f"unavailable_nodes: {bad} outside 0..{self.nodes - 1}")
         if len(set(self.unavailable_nodes)) >= self.nodes:
-            raise ValueError("every node is unavailable")
+            raise ValueError("unavailable_nodes: every node is unavailable")
         return self
 
     @property
@@ -93,8 +93,17 @@ def parse_spec(cls: type[StrictModel], data: Any, root: str) -> Any:
     try:
         return cls.model_validate(data) if not isinstance(data, (str, bytes)) else cls.model_validate_json(data)
     except ValidationError as exc:
-        problems = [Problem(_path(root, err["loc"]), _reason(err)) for err in exc.errors()]
+        problems = [_problem(root, err, Problem) for err in exc.errors()]
         raise SpecError(f"invalid {root}: " + "; ".join(map(str, problems)), problems) from None
+
+
+def _problem(root: str, err: dict, problem_cls: type) -> Any:
+    """One Problem; a cross-field message 'field: reason' is filed under that field."""
+    path, reason = _path(root, err["loc"]), _reason(err)
+    field, sep, rest = reason.partition(": ")
+    if err.get("type") == "value_error" and sep and field.replace("_", "").isalnum():
+        return problem_cls(f"{path}.{field}", rest)
+    return problem_cls(path, reason)
 
 
 def _path(root: str, loc: tuple) -> str:

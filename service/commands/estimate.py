@@ -1,0 +1,28 @@
+"""`trainplan estimate`: the accounting for one fixed layout."""
+from __future__ import annotations
+
+import argparse
+
+from service.cli import emit
+from service.commands.plan import require_training
+from service.render_md import render_estimate
+from solver.plan import estimate_accounting
+from solver.presets import load_layout, load_model
+from topology.catalog import load_cluster
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("estimate", help="memory, fit and grad-sync bound of one layout")
+    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
+    p.add_argument("--training", required=True, help="training preset name or JSON path")
+    p.add_argument("--layout", required=True, help="layout as a JSON path or an inline JSON object")
+    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    training, layout = require_training(args.training), load_layout(args.layout)
+    emit(estimate_accounting(model, cluster, training, layout), args.format, render_estimate)
+    return 0

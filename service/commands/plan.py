@@ -1,0 +1,36 @@
+"""`trainplan plan`: the whole plan (the seed's eight estimates, ladder, checks, stages)."""
+from __future__ import annotations
+
+import argparse
+
+from service.cli import emit
+from service.render_md import render_plan
+from solver.errors import Problem, SpecError
+from solver.plan import build_plan
+from solver.presets import load_model, load_training, preset_names
+from topology.catalog import load_cluster
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="the whole plan for a model on a cluster")
+    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
+    p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch)")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
+    p.set_defaults(run=run)
+
+
+def require_training(arg: str | None):
+    """The training spec, or a SpecError naming the presets when none was given."""
+    if arg is None:
+        reason = ("required: give --training (a preset name or JSON path); known presets: "
+                  + ", ".join(preset_names("training")))
+        raise SpecError(f"training: {reason}", [Problem("training", reason)])
+    return load_training(arg)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    plan = build_plan(model, cluster, require_training(args.training))
+    emit(plan, args.format, render_plan)
+    return 0

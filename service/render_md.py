@@ -1,0 +1,172 @@
+"""Markdown renderers for the plan and estimate JSON (shaped like reference/seed-70b-plan.md).
+
+They only format numbers already in the result; no arithmetic beyond unit conversion
+(GB = 1e9 bytes, hours = s / 3600, days = s / 86400).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _gb(x: float | None) -> str:
+    return "n/a" if x is None else f"{x / 1e9:,.1f} GB"
+
+
+def _b(x: float) -> str:
+    return f"{x / 1e9:,.2f}B"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _parameters(p: dict[str, Any]) -> list[str]:
+    c = p["by_component"]
+    rows = [
+        ["attention per layer (q, k, v, o)", f"{c['attention_per_layer']:,}"],
+        ["feed-forward per layer", f"{c['ffn_per_layer']:,}"],
+        ["norms per layer", f"{c['norms_per_layer']:,}"],
+        [f"x {c['layers']} layers", f"{c['transformer_layers']:,}"],
+        ["token embedding", f"{c['embedding']:,}"],
+        ["learned positions", f"{c['position_embedding']:,}"],
+        ["untied LM head", f"{c['lm_head']:,}"],
+        ["final norm", f"{c['final_norm']:,}"],
+        ["**total**", f"**{p['total']:,}** ({_b(p['total'])})"],
+    ]
+    return ["## 1. Parameters", ""] + _table(["component", "parameters"], rows)
+
+
+def _memory(m: dict[str, Any]) -> list[str]:
+    c, bpp = m["by_component"], m["bytes_per_parameter"]
+    return ["", "## 2. Model-state memory", "",
+            f"- weights: {bpp['weights']} B/param -> {_gb(c['weights'])}",
+            f"- gradients: {bpp['gradients']} B/param -> {_gb(c['gradients'])}",
+            f"- optimizer: {bpp['optimizer']} B/param -> {_gb(c['optimizer'])}",
+            f"- **total: {_gb(m['model_state_bytes'])}** ({bpp['total']} B/param); excludes {m['excludes']}."]
+
+
+def _compute(f: dict[str, Any], t: dict[str, Any]) -> list[str]:
+    cost = "" if t["cost"] is None else f"; cost {t['cost']:,.0f} at {t['price_per_gpu_hour']:g}/GPU-hour"
+    return ["", "## 3. Training FLOPs", "",
+            f"- parameter matmuls 6 N T: {f['parameter_matmul']:.3e}",
+            f"- attention 12 S T (H dh) L ({f['attention_convention']}): {f['attention']:.3e}",
+            f"- **total: {f['total']:.3e}** (non-causal {f['total_non_causal']:.3e}; "
+            f"causal {f['total_causal']:.3e})",
+            "", f"## 4. Wall time at {t['assumed_mfu']:.0%} MFU", "",
+            f"{f['total']:.3e} / ({t['gpus']} GPUs x {t['cluster_peak_flops'] / t['gpus']:.3e} FLOP/s "
+            f"x {t['assumed_mfu']:g}) = **{t['wall_s']:,.0f} s = {t['days']:.2f} days**",
+            "", "## 5. GPU-hours", "",
+            f"**{t['gpu_hours']:,.0f} GPU-hours**{cost}, before failed runs, evaluation, "
+            "checkpoints and recovery."]
+
+
+def _ladder(plan: dict[str, Any]) -> list[str]:
+    lad = plan["ladder"]
+    rows = [[f"TP{r['tp']} PP{r['pp']} DP{r['dp']}", f"ZeRO-{r['zero_stage']}",
+             _gb(r["memory_per_gpu_bytes"]["weights"]), _gb(r["memory_per_gpu_bytes"]["gradients"]),
+             _gb(r["memory_per_gpu_bytes"]["optimizer"]), _gb(r["memory_per_gpu_bytes"]["total"]),
+             _gb(r["memory_free_bytes"]), "yes" if r["fits"] else "no"] for r in lad["rungs"]]
+    best = plan["layouts"][0]
+    out = ["", "## 6. First parallel layout (the ladder)", "",
+           f"- TP = {lad['tp']}: {lad['tp_reason']}.",
+           f"- DP = {lad['dp']}: {lad['dp_reason']}.",
+           f"- Lightest ZeRO stage whose model state leaves >= {lad['min_free_fraction']:.0%} "
+           "of memory for activations:", ""]
+    out += _table(["layout", "ZeRO", "weights/GPU", "grads/GPU", "optimizer/GPU",
+                   "model state/GPU", "left", "fits"], rows)
+    out += ["", f"**Chosen: TP{best['tp']} PP{best['pp']} DP{best['dp']} ZeRO-{best['zero_stage']}, "
+            f"SP {'on' if best['sequence_parallel'] else 'off'}, {best['recompute']} recompute, "
+            f"micro-batch {best['micro_batch']}: {_gb(best['memory_per_gpu_bytes']['total'])} "
+            f"model state per GPU, {_gb(lad['memory_left_bytes'])} left** for activations, "
+            "buffers and margin.", "", "If activations still do not fit:"]
+    out += [f"{i}. {s}" for i, s in enumerate(lad["if_activations_do_not_fit"], 1)]
+    others = ", ".join(f"ZeRO-{r['zero_stage']} ({_gb(r['memory_per_gpu_bytes']['total'])})"
+                       for r in plan["layouts"][1:])
+    if others:
+        out += ["", f"Heavier sharding that also fits (measure if close): {others}."]
+    return out
+
+
+def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    note = "" if b["tokens_per_step"] == b["target_tokens_per_step"] else (
+        f" (target was {b['target_tokens_per_step']:,}: retune learning rate and warmup)")
+    steps = "n/a" if b["steps"] is None else f"{b['steps']:,}"
+    return ["", "## 7. Global batch", "",
+            f"{b['dp']} DP x {b['micro_batch']} x {b['grad_accum']} accumulation x {b['seq_len']:,} "
+            f"= **{b['tokens_per_step']:,} tokens per step**{note}; **{steps} steps**. "
+            "Tensor- and context-parallel ranks work on the same sequences.",
+            "", "## Communication check", "",
+            f"2 ({c['dp_ranks']}-1)/{c['dp_ranks']} x {_gb(c['gradient_bytes_per_rank'])} / "
+            f"{c['dp_bandwidth_gb_s']:g} GB/s = **{c['dp_grad_sync_lower_bound_s']:.2f} s** "
+            "DP gradient-sync ring lower bound per step. Trace the last gradient buckets: a "
+            "reduction tail after backward is exposed communication."]
+
+
+def _stages(plan: dict[str, Any]) -> list[str]:
+    s1, s2, s3, s4 = plan["validation_stages"]
+    e = s1["expect"]
+    out = ["", "## 8. Validation stages", "",
+           f"**Stage 1, {s1['name']}** ({s1['gpus']} GPUs): expect {e['parameters']:,} parameters, "
+           f"{e['flops_per_step']:.3e} FLOPs per step"
+           + ("" if s1["full_model_fits_one_node"] else " (the full model does not fit one node: "
+              "use a reduced-depth proxy)") + "; " + "; ".join(s1["checks"]) + ".",
+           "", f"**Stage 2, {s2['name']}**: keep the {s2['keep']}.", ""]
+    rows = [[g["gpus"], g["dp"], g["grad_accum"], f"{g['tokens_per_step']:,}",
+             "-" if g["zero_stage"] is None else f"ZeRO-{g['zero_stage']}",
+             _gb(g["model_state_per_gpu_bytes"]), g["note"]] for g in s2["grid"]]
+    out += _table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "note"], rows)
+    out += ["", "Record: " + ", ".join(s2["record"]) + ".",
+            "", f"**Stage 3, {s3['name']}**: checkpoint size about {_gb(s3['checkpoint_bytes'])} "
+            "(weights + optimizer); " + "; ".join(s3["checks"]) + ".",
+            "", f"**Stage 4, {s4['name']}**: {s4['tokens']:.3g} tokens ({s4['steps']:,} steps, "
+            f"{s4['gpu_hours']:,.0f} GPU-hours); " + "; ".join(s4["checks"]) + "."]
+    return out
+
+
+def _failures(checks: list[dict[str, Any]]) -> list[str]:
+    out = ["", "## Failure checks", ""]
+    for c in checks:
+        if "threshold_s" in c:
+            out.append(f"- {c['check']}: > {c['threshold_s']:.2f} s; {c['signal']}.")
+        elif "threshold_bytes" in c:
+            out.append(f"- {c['check']}: > {_gb(c['threshold_bytes'])} beyond model state; {c['signal']}.")
+        elif "if_lower" in c:
+            alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
+                             for x in c["if_lower"])
+            out.append(f"- {c['check']} ({c['assumed_mfu']:.0%}): {alts}.")
+        elif "tokens_per_step" in c:
+            out.append(f"- {c['check']}: {c['tokens_per_step']:,} vs target "
+                       f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
+        else:
+            out.append(f"- {c['check']}: {c['signal']}.")
+    out += ["", "The MFU and communication figures are planning assumptions; traces must replace them."]
+    return out
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    """The whole plan as Markdown, in the seed's order."""
+    i = plan["inputs"]
+    head = [f"# Training plan: {i['model']['name']} on {i['cluster']['name']} "
+            f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""]
+    lines = (head + _parameters(plan["parameters"]) + _memory(plan["memory"])
+             + _compute(plan["flops"], plan["time"]) + _ladder(plan)
+             + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
+             + _failures(plan["failure_checks"]))
+    return "\n".join(lines)
+
+
+def render_estimate(est: dict[str, Any]) -> str:
+    """One layout's accounting as Markdown."""
+    lay, m, c = est["layout"], est["memory_per_gpu_bytes"], est["communication"]
+    desc = ", ".join(f"{k}={v}" for k, v in lay.items())
+    rows = [[k, _gb(m[k])] for k in ("weights", "gradients", "optimizer", "model_state", "total")]
+    return "\n".join(
+        [f"# Estimate: {desc} ({est['gpus']} GPUs)", ""] + _table(["per GPU", "bytes"], rows)
+        + ["", f"- capacity {_gb(est['memory_capacity_bytes'])}, left {_gb(est['memory_free_bytes'])}: "
+           f"**{'fits' if est['fits'] else 'does not fit'}** (model state only)",
+           f"- DP gradient-sync lower bound: {c['dp_grad_sync_lower_bound_s']:.3f} s "
+           f"({c['dp_ranks']} ranks at {c['dp_bandwidth_gb_s']:g} GB/s)",
+           f"- batch: {est['batch']['tokens_per_step']:,} tokens per step, "
+           f"{est['batch']['grad_accum']} accumulation steps"])

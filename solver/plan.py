@@ -1,0 +1,358 @@
+"""Plan assembly: the seed plan's eight estimates for any model, cluster and training spec.
+
+`build_plan` returns the plan JSON contract (issue 2, item 7); `estimate_accounting` the
+accounting for one fixed layout. Every number comes from solver.cost.accounting; this
+module only arranges them. The layout section lives in ONE function, `ladder_layouts`,
+which walks the seed's ladder (reference/seed-70b-plan.md, "Choose a first layout") and
+which the cost model + CP-SAT search will replace.
+
+Unit legend: `_bytes` bytes; `_flops` FLOPs; `_s` seconds; `_gb_s` 1e9 bytes/s.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from solver.cost.accounting import (
+    Flops, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
+    ring_allreduce_lower_bound_s, run_time, training_flops,
+)
+from solver.errors import InfeasibleError, Problem, SpecError
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
+from topology.groups import group_links
+from topology.spec import ClusterSpec
+
+# Planning assumption (not a measurement): the ladder accepts a layout when its model
+# state leaves at least this fraction of GPU memory for activations, temporary buffers,
+# communication buffers and allocator margin. The seed's TP8 + ZeRO-1 layout leaves 55%.
+MIN_FREE_FRACTION = 0.25
+# MFU values the failure checks quote wall time at (sensitivity of the plan to MFU).
+MFU_SENSITIVITY = (0.4, 0.3)
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage",
+                 "micro_batch", "recompute")
+
+
+def layout_dict(layout: LayoutSpec) -> dict[str, Any]:
+    """The layout fields of the public contract, in contract order."""
+    return {k: getattr(layout, k) for k in LAYOUT_FIELDS}
+
+
+def _grad_sync(model_params: int, training: TrainingSpec, cluster: ClusterSpec,
+               layout: LayoutSpec) -> dict[str, Any]:
+    """DP gradient-sync ring lower bound for one layout (seed, "Check communication").
+
+    The message is each rank's unsharded local gradient (params / (TP x PP) x grad bytes):
+    all-reduce and reduce-scatter + all-gather move the same ring traffic.
+    """
+    local = per_gpu_model_state_bytes(model_params, training.precision,
+                                      layout.model_copy(update={"zero_stage": 0}))
+    ranks = layout.dp * layout.cp  # the distributed-optimizer group (Megatron-LM)
+    link = group_links(cluster, layout.tp, layout.cp, layout.dp, layout.pp)["dp"]
+    return {
+        "dp_grad_sync_lower_bound_s": ring_allreduce_lower_bound_s(local.gradients, ranks,
+                                                                   link.bandwidth_gb_s),
+        "gradient_bytes_per_rank": local.gradients,
+        "dp_ranks": ranks,
+        "dp_bandwidth_gb_s": link.bandwidth_gb_s,
+        "dp_crosses_nodes": link.crosses_nodes,
+        "formula": "2 (d-1)/d x gradient_bytes_per_rank / dp_bandwidth (ring all-reduce, "
+                   "Patarasuk & Yuan 2009)",
+    }
+
+
+def estimate_accounting(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                        layout: LayoutSpec) -> dict[str, Any]:
+    """Accounting for one fixed layout: per-GPU model state, fit, grad-sync bound, batch.
+
+    `fits` compares model state alone with GPU memory (activations are added by the cost
+    model later). Raises: SpecError (one Problem per reason) when the layout does not fit
+    the model's shapes or needs more GPUs than the cluster has available.
+    """
+    validate_layout(model, cluster, training, layout)
+    n = parameter_counts(model, training.seq_len).total
+    state = per_gpu_model_state_bytes(n, training.precision, layout)
+    capacity = cluster.gpu.memory_bytes
+    batch = batch_plan(training, layout.dp, layout.micro_batch)
+    return {
+        "layout": layout_dict(layout),
+        "gpus": layout.gpus,
+        "memory_per_gpu_bytes": {
+            "model_state": state.total, "weights": state.weights,
+            "gradients": state.gradients, "optimizer": state.optimizer, "total": state.total,
+        },
+        "memory_capacity_bytes": capacity,
+        "memory_free_bytes": capacity - state.total,
+        "fits": state.total <= capacity,
+        "communication": _grad_sync(n, training, cluster, layout),
+        "batch": _batch_dict(batch, training),
+    }
+
+
+def validate_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                    layout: LayoutSpec) -> None:
+    """Shape checks of a layout against the model and the cluster. Raises: SpecError."""
+    problems = [Problem(*p.split(": ", 1)) for p in check_layout_fits_model(model, training, layout)]
+    if layout.gpus > cluster.available_gpus:
+        problems.append(Problem("layout", f"tp*pp*dp*cp = {layout.gpus} GPUs exceeds the "
+                                f"cluster's {cluster.available_gpus} available GPUs"))
+    if problems:
+        raise SpecError("layout does not fit: " + "; ".join(map(str, problems)), problems)
+
+
+def _batch_dict(batch, training: TrainingSpec) -> dict[str, Any]:
+    return {
+        "tokens_per_step": batch.tokens_per_step, "steps": batch.steps,
+        "grad_accum": batch.grad_accum, "micro_batch": batch.micro_batch,
+        "dp": batch.data_parallel, "sequences_per_step": batch.sequences_per_step,
+        "seq_len": training.seq_len, "target_tokens_per_step": batch.target_tokens_per_step,
+        "formula": "dp x micro_batch x grad_accum x seq_len (TP and CP ranks share sequences)",
+    }
+
+
+# ---------------------------------------------------------------- the layout ladder
+def largest_tp(model: ModelSpec, gpus_per_node: int) -> int:
+    """Largest TP inside one node that divides the heads and obeys the KV-head rule.
+
+    TP must divide the node (group stays on NVLink), divide the query heads, and either
+    divide the KV heads or be a multiple of them (KV heads replicated), as in Megatron-LM.
+    """
+    ok = [t for t in range(1, gpus_per_node + 1)
+          if gpus_per_node % t == 0 and model.heads % t == 0
+          and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    return max(ok)
+
+
+def _rung(n: int, training: TrainingSpec, cluster: ClusterSpec, layout: LayoutSpec,
+          headroom_fraction: float) -> dict[str, Any]:
+    state = per_gpu_model_state_bytes(n, training.precision, layout)
+    capacity = cluster.gpu.memory_bytes
+    free = capacity - state.total
+    return {
+        **layout_dict(layout),
+        "gpus": layout.gpus,
+        "memory_per_gpu_bytes": {**state.as_dict(), "model_state": state.total},
+        "memory_free_bytes": free,
+        "free_fraction": free / capacity,
+        "fits": free >= headroom_fraction * capacity,
+    }
+
+
+def _pp_candidates(model: ModelSpec, gpus_after_tp: int) -> list[int]:
+    """Pipeline depths to try, lightest first: powers of two dividing layers and GPUs."""
+    out, pp = [], 1
+    while pp <= min(model.layers, gpus_after_tp):
+        if model.layers % pp == 0 and gpus_after_tp % pp == 0:
+            out.append(pp)
+        pp *= 2
+    return out
+
+
+def ladder_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                   headroom_fraction: float = MIN_FREE_FRACTION) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Walk the seed's ladder; return (ladder explanation, layouts best first).
+
+    TP = the largest in-node degree the heads allow; DP = the rest. For PP = 1 (then 2, 4,
+    ... only if nothing fits) try ZeRO 0..3 and take the lightest stage whose model state
+    leaves `headroom_fraction` of memory free. The layouts list starts with that choice,
+    followed by the heavier stages that also fit (the seed's "measure both if close").
+    Raises: InfeasibleError when no rung fits.
+    """
+    gpus = cluster.available_gpus
+    n = parameter_counts(model, training.seq_len).total
+    tp = largest_tp(model, cluster.gpus_per_node)
+    tried: list[dict[str, Any]] = []
+    for pp in _pp_candidates(model, gpus // tp):
+        rungs = [_rung(n, training, cluster, _ladder_layout(tp, pp, gpus // (tp * pp), z),
+                       headroom_fraction) for z in (0, 1, 2, 3)]
+        tried.extend(rungs)
+        fitting = [r for r in rungs if r["fits"]]
+        if fitting:
+            ladder = _ladder_story(model, cluster, tp, pp, tried, fitting[0], headroom_fraction)
+            return ladder, fitting
+    raise InfeasibleError(
+        f"no ladder rung fits: model state does not leave {headroom_fraction:.0%} of "
+        f"{cluster.gpu.memory_gb:g} GB free at any ZeRO stage or pipeline depth tried",
+        {"tried": tried})
+
+
+def _ladder_layout(tp: int, pp: int, dp: int, zero_stage: int) -> LayoutSpec:
+    """The seed's starting choices: SP with TP, selective recompute, one sequence per micro-batch."""
+    return LayoutSpec(tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, micro_batch=1,
+                      sequence_parallel=tp > 1, recompute="selective")
+
+
+def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
+                  tried: list[dict[str, Any]], chosen: dict[str, Any],
+                  headroom_fraction: float) -> dict[str, Any]:
+    return {
+        "tp": tp,
+        "tp_reason": (f"largest degree <= {cluster.gpus_per_node} GPUs per node dividing "
+                      f"{model.heads} heads and compatible with {model.kv_heads} KV heads; "
+                      "keeps per-layer activation traffic on the in-node link"),
+        "pp": pp, "dp": chosen["dp"],
+        "dp_reason": "the remaining GPUs; tensor-parallel ranks are not data replicas",
+        "min_free_fraction": headroom_fraction,
+        "rungs": tried,
+        "chosen_zero_stage": chosen["zero_stage"],
+        "memory_left_bytes": chosen["memory_free_bytes"],
+        "if_activations_do_not_fit": [
+            "reduce the local micro-batch", "checkpoint activations (full recompute)",
+            "use sequence or context parallelism for long sequences",
+            "then parameter sharding (ZeRO-3) or pipeline parallelism",
+        ],
+    }
+
+
+# ---------------------------------------------------------------- the whole plan
+# Fraction of the run's tokens the convergence stage spends before the full run (a
+# planning choice, stated in the plan; the seed asks for "enough tokens to test the curve").
+CONVERGENCE_FRACTION = 0.01
+
+
+def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> dict[str, Any]:
+    """The plan JSON contract: the seed's eight estimates, ladder, checks and stages.
+
+    Keys pinned by the contract: parameters.total, memory.model_state_bytes,
+    flops.{parameter_matmul,attention,total}, time.{assumed_mfu,wall_s,gpu_hours},
+    batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s.
+    Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
+    """
+    params = parameter_counts(model, training.seq_len)
+    n = params.total
+    state = model_state_bytes(n, training.precision)
+    flops = training_flops(model, training, n)
+    time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
+    ladder, layouts = ladder_layouts(model, cluster, training)
+    best = LayoutSpec(**{k: layouts[0][k] for k in LAYOUT_FIELDS})
+    batch = batch_plan(training, best.dp, best.micro_batch)
+    comm = _grad_sync(n, training, cluster, best)
+    plan = {
+        "inputs": {"model": model.model_dump(), "cluster": cluster.model_dump(),
+                   "training": training.model_dump()},
+        "parameters": {"total": n, "by_component": params.as_dict()},
+        "memory": {
+            "model_state_bytes": state.total,
+            "by_component": {"weights": state.weights, "gradients": state.gradients,
+                             "optimizer": state.optimizer},
+            "bytes_per_parameter": _bytes_per_param(training),
+            "excludes": "activations, temporary kernel buffers, communication buffers, allocator margin",
+        },
+        "flops": _flops_dict(flops),
+        "time": {
+            "assumed_mfu": time.assumed_mfu, "gpus": cluster.available_gpus,
+            "cluster_peak_flops": time.cluster_peak_flops, "wall_s": time.wall_s,
+            "days": time.days, "gpu_hours": time.gpu_hours,
+            "price_per_gpu_hour": training.price_per_gpu_hour, "cost": time.cost,
+        },
+        "batch": _batch_dict(batch, training),
+        "ladder": ladder,
+        "layouts": layouts,
+        "communication": comm,
+    }
+    plan["validation_stages"] = validation_stages(model, cluster, training, plan)
+    plan["failure_checks"] = failure_checks(flops, cluster, training, plan)
+    return plan
+
+
+def _bytes_per_param(training: TrainingSpec) -> dict[str, int]:
+    one = model_state_bytes(1, training.precision)
+    return {"weights": int(one.weights), "gradients": int(one.gradients),
+            "optimizer": int(one.optimizer), "total": int(one.total)}
+
+
+def _flops_dict(f: Flops) -> dict[str, Any]:
+    return {
+        "parameter_matmul": f.parameter_matmul, "attention": f.attention, "total": f.total,
+        "attention_convention": "causal" if f.causal else "non-causal",
+        "attention_non_causal": f.attention_full, "attention_causal": f.attention_causal,
+        "total_non_causal": f.parameter_matmul + f.attention_full,
+        "total_causal": f.parameter_matmul + f.attention_causal,
+        "formula": "6 N T (Kaplan et al. 2020) + 12 S T (H dh) L (seed; causal halves it)",
+    }
+
+
+def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
+    """The seed's small scaling grid generalised: one node, 8 nodes, a quarter, all.
+
+    For 512 GPUs in 8-GPU nodes this is the seed's 8, 64, 128, 512. Sizes are multiples
+    of `unit` (TP x PP GPUs, one model replica) and at most the available GPUs.
+    """
+    total, node = cluster.available_gpus, cluster.gpus_per_node
+    sizes = {node, 8 * node, total // 4, total}
+    return sorted(g for g in sizes if unit <= g <= total and g % unit == 0)
+
+
+def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                best: dict[str, Any], gpus: int) -> dict[str, Any]:
+    n = parameter_counts(model, training.seq_len).total
+    dp = gpus // (best["tp"] * best["pp"])
+    rungs = [_rung(n, training, cluster, _ladder_layout(best["tp"], best["pp"], dp, z),
+                   MIN_FREE_FRACTION) for z in (0, 1, 2, 3)]
+    fit = next((r for r in rungs if r["fits"]), None)
+    b = batch_plan(training, dp, best["micro_batch"])
+    return {"gpus": gpus, "dp": dp, "grad_accum": b.grad_accum,
+            "tokens_per_step": b.tokens_per_step,
+            "zero_stage": None if fit is None else fit["zero_stage"],
+            "model_state_per_gpu_bytes": None if fit is None else fit["memory_per_gpu_bytes"]["total"],
+            "note": "fits the full model" if fit else "full model does not fit: use a reduced-depth proxy"}
+
+
+def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                      plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The seed's four stages (correctness, scaling, reliability, convergence) with numbers."""
+    best, n = plan["layouts"][0], plan["parameters"]["total"]
+    step_flops = plan["flops"]["total"] * plan["batch"]["tokens_per_step"] / training.tokens
+    mem = plan["memory"]["by_component"]
+    grid = [_grid_point(model, cluster, training, best, g)
+            for g in scaling_grid(cluster, best["tp"] * best["pp"])]
+    conv_tokens = CONVERGENCE_FRACTION * training.tokens
+    return [
+        {"stage": 1, "name": "one-node correctness", "gpus": cluster.gpus_per_node,
+         "expect": {"parameters": n, "flops_per_step": step_flops,
+                    "model_state_per_gpu_bytes_full_scale": best["memory_per_gpu_bytes"]["total"]},
+         "full_model_fits_one_node": bool(grid) and grid[0]["gpus"] == cluster.gpus_per_node
+         and grid[0]["zero_stage"] is not None,
+         "checks": ["confirm loss and gradient behaviour", "verify parameter count and FLOP estimate",
+                    "record peak memory by component", "measure kernel shapes and numerical stability"]},
+        {"stage": 2, "name": "multi-node scaling", "grid": grid,
+         "keep": f"global batch {plan['batch']['tokens_per_step']:,} tokens (report any change)",
+         "record": ["tokens per second", "MFU", "median and tail step time",
+                    "exposed collective time", "per-rank imbalance", "peak memory"]},
+        {"stage": 3, "name": "reliability",
+         "checkpoint_bytes": mem["weights"] + mem["optimizer"],
+         "checks": ["checkpoint model, optimizer, data position and random state",
+                    "test restart before the full run", "measure checkpoint write time and storage load",
+                    "health checks: loss spikes, NaNs, stalled ranks, slow nodes",
+                    "keep a known-good checkpoint for rollback"]},
+        {"stage": 4, "name": "convergence", "tokens": conv_tokens,
+         "steps": round(conv_tokens / plan["batch"]["tokens_per_step"]),
+         "gpu_hours": CONVERGENCE_FRACTION * plan["time"]["gpu_hours"],
+         "checks": ["test the learning curve, not only throughput",
+                    "compare with smaller-scale predictions",
+                    "monitor held-out loss by data source"]},
+    ]
+
+
+def failure_checks(flops: Flops, cluster: ClusterSpec, training: TrainingSpec,
+                   plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """What to watch and the threshold that says the plan's assumption has failed."""
+    best, comm, batch = plan["layouts"][0], plan["communication"], plan["batch"]
+    slower = [run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training, m)
+              for m in MFU_SENSITIVITY]
+    return [
+        {"check": "exposed gradient sync",
+         "threshold_s": comm["dp_grad_sync_lower_bound_s"],
+         "signal": "reduction tail after backward ends longer than the ring lower bound; "
+                   "trace the last gradient buckets"},
+        {"check": "peak memory",
+         "threshold_bytes": best["memory_free_bytes"],
+         "signal": "activations + buffers exceed the memory left after model state; walk the "
+                   "ladder's next steps"},
+        {"check": "MFU below assumption", "assumed_mfu": training.assumed_mfu,
+         "if_lower": [{"mfu": r.assumed_mfu, "days": r.days, "gpu_hours": r.gpu_hours}
+                      for r in slower]},
+        {"check": "batch drift", "tokens_per_step": batch["tokens_per_step"],
+         "target_tokens_per_step": batch["target_tokens_per_step"],
+         "signal": "a change from the validated batch needs learning rate and warmup retuned"},
+        {"check": "rank health",
+         "signal": "loss spikes, NaNs, stalled ranks, slow nodes, per-rank step-time imbalance"},
+    ]

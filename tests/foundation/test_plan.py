@@ -1,0 +1,149 @@
+"""The plan JSON carries the seed's golden numbers (reference/seed-70b-plan.md).
+
+Hand derivations (also in tests/test_accounting_seed.py): N = 69,500,936,192; state
+12 N = 834.0 GB; FLOPs 6 N T = 1.251e23 + 12 S T (H dh) L = 1.933e22 -> 1.444e23;
+wall 1.444e23 / (512 x 1e15 x 0.5) = 5.64e5 s; 5.64e5 x 512 / 3600 = 80,238 GPU-hours;
+64 x 1 x 8 x 8192 = 4,194,304 tokens/step, ceil(300e9 / 4,194,304) = 71,526 steps;
+TP8 + ZeRO-1: 2N/8 + 2N/8 + 8N/512 = 35.84 GB; grad sync 2 (63/64) 17.375 GB / 45 = 0.760 s.
+"""
+import pytest
+
+from solver.errors import InfeasibleError, SpecError
+from solver.plan import (
+    LAYOUT_FIELDS, build_plan, estimate_accounting, ladder_layouts, largest_tp, scaling_grid,
+)
+from solver.presets import load_model, load_training
+from solver.specs import LayoutSpec, TrainingSpec
+from topology.catalog import load_cluster
+
+
+@pytest.fixture(scope="module")
+def plan(seed_model, seed_cluster, seed_training):
+    return build_plan(seed_model, seed_cluster, seed_training)
+
+
+def test_plan_golden_numbers(plan):
+    assert plan["parameters"]["total"] == 69_500_936_192
+    assert plan["memory"]["model_state_bytes"] == pytest.approx(834.0e9, rel=1e-3)
+    assert plan["flops"]["parameter_matmul"] == pytest.approx(1.251e23, rel=1e-3)
+    assert plan["flops"]["attention"] == pytest.approx(1.933e22, rel=1e-3)
+    assert plan["flops"]["total"] == pytest.approx(1.444e23, rel=1e-3)
+    assert plan["time"]["assumed_mfu"] == 0.5
+    assert plan["time"]["wall_s"] == pytest.approx(5.64e5, rel=1e-3)
+    assert plan["time"]["gpu_hours"] == pytest.approx(80_200, rel=2e-3)
+    assert plan["batch"]["tokens_per_step"] == 4_194_304
+    assert plan["batch"]["steps"] == 71_526
+    assert plan["batch"]["grad_accum"] == 8
+    assert plan["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.76, abs=0.005)
+
+
+def test_plan_first_layout_is_the_seeds(plan):
+    best = plan["layouts"][0]
+    assert {k: best[k] for k in ("tp", "pp", "dp", "cp", "zero_stage")} == \
+        {"tp": 8, "pp": 1, "dp": 64, "cp": 1, "zero_stage": 1}
+    assert set(LAYOUT_FIELDS) <= set(best)
+    # 2N/8 + 2N/8 + 8N/(8*64) = 35.84 GB; the seed says 36.1 GB at 70B (within 1%).
+    assert best["memory_per_gpu_bytes"]["total"] == pytest.approx(35.8e9, rel=2e-3)
+    # Ladder: ZeRO-0 (104.3 GB) does not fit 80 GB, ZeRO-1 leaves 44.2 GB (seed: "about 44 GB").
+    rungs = plan["ladder"]["rungs"]
+    assert [r["fits"] for r in rungs] == [False, True, True, True]
+    assert plan["ladder"]["memory_left_bytes"] == pytest.approx(44.16e9, rel=1e-3)
+    assert [r["zero_stage"] for r in plan["layouts"]] == [1, 2, 3]
+
+
+def test_plan_reports_both_attention_conventions(plan):
+    f = plan["flops"]
+    assert f["attention_causal"] == pytest.approx(f["attention_non_causal"] / 2)
+    assert f["total_causal"] < f["total_non_causal"] == f["total"]
+
+
+def test_validation_stages_use_the_seed_grid(plan):
+    stages = plan["validation_stages"]
+    assert [s["stage"] for s in stages] == [1, 2, 3, 4]
+    grid = stages[1]["grid"]
+    assert [g["gpus"] for g in grid] == [8, 64, 128, 512]  # the seed's grid
+    # The global batch is kept at every size: 4,194,304 = dp x accum x 8192.
+    assert all(g["tokens_per_step"] == 4_194_304 for g in grid)
+    assert [g["grad_accum"] for g in grid] == [512, 64, 32, 8]
+    # 12 N = 834 GB does not fit 8 x 80 GB: the one-node stage uses a proxy.
+    assert grid[0]["zero_stage"] is None and not stages[0]["full_model_fits_one_node"]
+    # Checkpoint: weights + optimizer = 10 N bytes = 695.0 GB.
+    assert stages[2]["checkpoint_bytes"] == 10 * 69_500_936_192
+
+
+def test_failure_checks_carry_numbers(plan):
+    by = {c["check"]: c for c in plan["failure_checks"]}
+    assert by["exposed gradient sync"]["threshold_s"] == pytest.approx(0.76, abs=0.005)
+    # At 40% MFU: 5.64e5 s x 0.5/0.4 = 7.05e5 s = 8.16 days.
+    assert by["MFU below assumption"]["if_lower"][0]["days"] == pytest.approx(8.16, abs=0.01)
+
+
+def test_cost_when_priced(seed_model, seed_cluster, seed_training):
+    priced = seed_training.model_copy(update={"price_per_gpu_hour": 2.0})
+    plan = build_plan(seed_model, seed_cluster, priced)
+    assert plan["time"]["cost"] == pytest.approx(2.0 * plan["time"]["gpu_hours"])
+
+
+def test_largest_tp_respects_heads_and_kv_rule():
+    assert largest_tp(load_model("seed-70b"), 8) == 8
+    m = load_model({"layers": 2, "hidden": 768, "ffn_hidden": 3072, "ffn_gated": False,
+                    "heads": 12, "kv_heads": 12, "head_dim": 64, "vocab": 100,
+                    "tied_embeddings": True})
+    assert largest_tp(m, 8) == 4  # 8 does not divide 12 heads
+    gqa = m.model_copy(update={"kv_heads": 3})
+    # Divisors of 8 dividing 12 heads: 1, 2, 4; with 3 KV heads neither 2 nor 4 divides 3
+    # or is a multiple of it, so only TP 1 remains.
+    assert largest_tp(gqa, 8) == 1
+
+
+def test_ladder_goes_to_zero3_for_405b():
+    # 405.9e9 x 2 / 8 = 101.5 GB of weights per GPU: only ZeRO-3 (4.8 GB) fits 80 GB.
+    _, layouts = ladder_layouts(load_model("llama3-405b"), load_cluster("dgx-h100-superpod"),
+                                load_training("llama3-405b-15t"))
+    assert layouts[0]["zero_stage"] == 3 and layouts[0]["tp"] == 8
+
+
+def test_ladder_infeasible_explains():
+    tiny = {"name": "tiny", "nodes": 1, "gpus_per_node": 1,
+            "gpu": {"name": "g", "memory_gb": 1, "peak_tflops": 100, "hbm_gb_s": 1000},
+            "intra_node": {"bandwidth_gb_s": 100, "latency_us": 3},
+            "inter_node": {"bandwidth_gb_s": 10, "latency_us": 10}}
+    with pytest.raises(InfeasibleError) as e:
+        ladder_layouts(load_model("seed-70b"), load_cluster(tiny), load_training("seed-300b"))
+    assert e.value.explanation["tried"]
+
+
+def test_scaling_grid_generalises():
+    assert scaling_grid(load_cluster("dgx-h100-superpod"), 8) == [8, 64, 256, 1024]
+    assert scaling_grid(load_cluster("dgx-a100-superpod"), 8) == [8, 64, 280, 1120]
+
+
+def test_plan_needs_tokens(seed_model, seed_cluster):
+    with pytest.raises(SpecError):
+        build_plan(seed_model, seed_cluster, TrainingSpec(seq_len=8192, global_batch_tokens=4194304))
+
+
+def test_estimate_seed_layout(seed_model, seed_cluster, seed_training, seed_layout):
+    est = estimate_accounting(seed_model, seed_cluster, seed_training, seed_layout)
+    m = est["memory_per_gpu_bytes"]
+    assert set(m) == {"model_state", "weights", "gradients", "optimizer", "total"}
+    assert m["total"] == pytest.approx(35.8e9, rel=2e-3)
+    assert m["weights"] + m["gradients"] + m["optimizer"] == pytest.approx(m["model_state"])
+    assert est["fits"] is True
+    assert est["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.76, abs=0.005)
+
+
+def test_estimate_zero0_does_not_fit(seed_model, seed_cluster, seed_training):
+    # 2N/8 + 2N/8 + 8N/8 = 104.3 GB > 80 GB.
+    est = estimate_accounting(seed_model, seed_cluster, seed_training, LayoutSpec(tp=8, dp=64))
+    assert est["memory_per_gpu_bytes"]["total"] == pytest.approx(104.25e9, rel=1e-3)
+    assert est["fits"] is False
+
+
+def test_estimate_rejects_bad_layouts(seed_model, seed_cluster, seed_training):
+    with pytest.raises(SpecError) as e:
+        estimate_accounting(seed_model, seed_cluster, seed_training,
+                            LayoutSpec(tp=3, dp=512))
+    fields = sorted(p.field for p in e.value.problems)
+    assert fields == ["layout", "layout.tp", "layout.tp"]
+    assert any("exceeds the cluster's 512" in p.reason for p in e.value.problems)
