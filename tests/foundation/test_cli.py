@@ -135,3 +135,15 @@ def test_console_script_bad_spec_no_traceback(tmp_path):
                         "--training", str(bad)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == "error: training.seq_len: Input should be greater than or equal to 1\n"
+
+
+def test_plan_accepts_a_hugging_face_config(capsys):
+    hf = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "llama3-8b" / "config.json"
+    code, out, _ = run(capsys, ["plan", "--model", str(hf), "--cluster", "dgx-h100-superpod",
+                                "--training", "seed-300b", "--format", "json"])
+    assert code == 0
+    plan = json.loads(out)
+    # Hand count in tests/foundation/test_presets.py::test_llama3_exact_totals.
+    assert plan["parameters"]["total"] == 8_030_261_248
+    # 32 heads, 8 KV heads -> TP 8 in the node; DP = 1024 / 8 = 128.
+    assert (plan["layouts"][0]["tp"], plan["layouts"][0]["dp"]) == (8, 128)
