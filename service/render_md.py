@@ -141,8 +141,11 @@ def _failures(checks: list[dict[str, Any]]) -> list[str]:
                        f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
         else:
             out.append(f"- {c['check']}: {c['signal']}.")
-    out += ["", "The MFU and communication figures are planning assumptions; traces must replace them."]
     return out
+
+
+def _assumptions(items: list[str]) -> list[str]:
+    return ["", "## Assumptions", ""] + [f"- {a}" for a in items]
 
 
 def render_plan(plan: dict[str, Any]) -> str:
@@ -153,7 +156,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines = (head + _parameters(plan["parameters"]) + _memory(plan["memory"])
              + _compute(plan["flops"], plan["time"]) + _ladder(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
-             + _failures(plan["failure_checks"]))
+             + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
     return "\n".join(lines)
 
 

@@ -247,10 +247,27 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
         "ladder": ladder,
         "layouts": layouts,
         "communication": comm,
+        "assumptions": _assumptions(training, comm),
     }
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
     plan["failure_checks"] = failure_checks(flops, cluster, training, plan)
     return plan
+
+
+def _assumptions(training: TrainingSpec, comm: dict[str, Any]) -> list[str]:
+    """What the plan assumed rather than measured (the seed: "report uncertainty")."""
+    p = training.precision
+    return [
+        f"{training.assumed_mfu:.0%} MFU (a planning assumption that traces must replace)",
+        f"precision: {p.weight_bytes}-byte weights, {p.grad_bytes}-byte gradients, "
+        f"{p.optimizer_moments} x {p.optimizer_moment_bytes}-byte optimizer moments, "
+        f"FP32 master weights {'on' if p.master_weights else 'off'}",
+        f"a layout fits when model state leaves >= {MIN_FREE_FRACTION:.0%} of GPU memory for "
+        "activations, buffers and margin (activations not yet modelled)",
+        f"gradient sync at {comm['dp_bandwidth_gb_s']:g} GB/s effective per-rank bandwidth, "
+        "no overlap with backward (a lower bound, not a prediction)",
+        f"convergence stage spends {CONVERGENCE_FRACTION:.0%} of the run's tokens",
+    ]
 
 
 def _bytes_per_param(training: TrainingSpec) -> dict[str, int]:

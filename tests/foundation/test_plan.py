@@ -147,3 +147,8 @@ def test_estimate_rejects_bad_layouts(seed_model, seed_cluster, seed_training):
     fields = sorted(p.field for p in e.value.problems)
     assert fields == ["layout", "layout.tp", "layout.tp"]
     assert any("exceeds the cluster's 512" in p.reason for p in e.value.problems)
+
+
+def test_plan_states_its_assumptions(plan):
+    text = " ".join(plan["assumptions"])
+    assert "50% MFU" in text and "45 GB/s" in text and "25% of GPU memory" in text
