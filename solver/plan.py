@@ -10,7 +10,7 @@ Unit legend: `_bytes` bytes; `_flops` FLOPs; `_s` seconds; `_gb_s` 1e9 bytes/s.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from solver.cost.accounting import (
     Flops, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
@@ -27,6 +27,8 @@ from topology.spec import ClusterSpec
 MIN_FREE_FRACTION = 0.25
 # MFU values the failure checks quote wall time at (sensitivity of the plan to MFU).
 MFU_SENSITIVITY = (0.4, 0.3)
+RankLayouts = Callable[[ModelSpec, ClusterSpec, TrainingSpec],
+                       tuple[dict[str, Any], list[dict[str, Any]]]]
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage",
                  "micro_batch", "recompute")
 
@@ -208,8 +210,14 @@ def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
 CONVERGENCE_FRACTION = 0.01
 
 
-def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> dict[str, Any]:
+def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+               rank_layouts: RankLayouts | None = None) -> dict[str, Any]:
     """The plan JSON contract: the seed's eight estimates, ladder, checks and stages.
+
+    `rank_layouts(model, cluster, training) -> (ladder, layouts best first)` produces the
+    layout section; it defaults to `ladder_layouts` (the seed's reasoning) and is the one
+    seam the cost model + CP-SAT search plugs into. Each layout dict must carry the
+    LAYOUT_FIELDS and `memory_per_gpu_bytes` / `memory_free_bytes`.
 
     Keys pinned by the contract: parameters.total, memory.model_state_bytes,
     flops.{parameter_matmul,attention,total}, time.{assumed_mfu,wall_s,gpu_hours},
@@ -221,13 +229,14 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
     state = model_state_bytes(n, training.precision)
     flops = training_flops(model, training, n)
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
-    ladder, layouts = ladder_layouts(model, cluster, training)
+    ladder, layouts = (rank_layouts or ladder_layouts)(model, cluster, training)
     best = LayoutSpec(**{k: layouts[0][k] for k in LAYOUT_FIELDS})
     batch = batch_plan(training, best.dp, best.micro_batch)
     comm = _grad_sync(n, training, cluster, best)
     plan = {
-        "inputs": {"model": model.model_dump(), "cluster": cluster.model_dump(),
-                   "training": training.model_dump()},
+        "inputs": {"model": model.model_dump(mode="json"),
+                   "cluster": cluster.model_dump(mode="json"),
+                   "training": training.model_dump(mode="json")},
         "parameters": {"total": n, "by_component": params.as_dict()},
         "memory": {
             "model_state_bytes": state.total,

@@ -152,3 +152,16 @@ def test_estimate_rejects_bad_layouts(seed_model, seed_cluster, seed_training):
 def test_plan_states_its_assumptions(plan):
     text = " ".join(plan["assumptions"])
     assert "50% MFU" in text and "45 GB/s" in text and "25% of GPU memory" in text
+
+
+def test_layout_section_is_pluggable(seed_model, seed_cluster, seed_training):
+    """A replacement ranking (the future search) drives batch, communication and stages."""
+    def only_zero3(model, cluster, training):
+        ladder, layouts = ladder_layouts(model, cluster, training)
+        return ladder, [r for r in layouts if r["zero_stage"] == 3]
+
+    plan = build_plan(seed_model, seed_cluster, seed_training, rank_layouts=only_zero3)
+    assert plan["layouts"][0]["zero_stage"] == 3
+    # ZeRO-3 at TP8 DP64: (2 + 2 + 8) N / 512 = 1.63 GB per GPU.
+    assert plan["validation_stages"][0]["expect"]["model_state_per_gpu_bytes_full_scale"] == \
+        pytest.approx(12 * 69_500_936_192 / 512)
