@@ -1,0 +1,190 @@
+"""CP-SAT variables for one layout, its structural constraint families, and solve helpers.
+
+One integer variable per layout field (recompute coded none=0, selective=1, full=2;
+sequence_parallel 0/1) plus two derived ones: `accum` (micro-batches per step) and `gpus`.
+Each family of rules (solver.search.rules) becomes allowed-tuple tables over only the
+fields it reads. With `explain=True` every family is enforced by its own assumption
+literal, so an infeasible core names the families that clash (google/or-tools
+sat/docs/troubleshooting.md, "assumptions").
+
+Cost terms enter through `table(...)`: an integer variable linked to a few fields by an
+allowed-assignment table computed in Python (one cost-function call per row).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Iterable, Sequence
+
+from ortools.sat.python import cp_model
+
+from solver.search import rules
+from solver.search.options import SearchOptions
+from solver.search.space import Domains, domains
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from topology.spec import ClusterSpec
+
+FIELDS = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "recompute", "sequence_parallel")
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+FAMILIES = ("tensor", "pipeline", "context", "gpus", "batch")
+
+
+class LayoutModel:
+    """A CP-SAT model whose solutions are exactly the structurally valid layouts."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                 options: SearchOptions, explain: bool = False) -> None:
+        self.spec, self.cluster, self.training, self.options = model, cluster, training, options
+        self.cp = cp_model.CpModel()
+        self.dom: Domains = domains(model, cluster, training, options)
+        self.literals: dict[str, cp_model.IntVar] = {}
+        self.explain = explain
+        self.var: dict[str, cp_model.IntVar] = {}
+        self.values: dict[str, tuple[int, ...]] = {}
+        self._fields()
+        self._tensor()
+        self._pipeline()
+        self._context()
+        self._gpus()
+        self._batch()
+
+    # --- variables -------------------------------------------------------------------
+    def _new(self, name: str, values: Iterable[int]) -> cp_model.IntVar:
+        vals = tuple(sorted(set(int(v) for v in values)))
+        self.values[name] = vals
+        domain = cp_model.Domain.from_values(list(vals)) if vals else cp_model.Domain(0, 0)
+        self.var[name] = self.cp.new_int_var_from_domain(domain, name)
+        if not vals:  # an empty domain: the model is infeasible, say so through a family
+            self.cp.add_bool_or([]).only_enforce_if(self._lit("tensor" if name == "tp" else "gpus"))
+        return self.var[name]
+
+    def _fields(self) -> None:
+        d = self.dom
+        for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage"):
+            self._new(name, getattr(d, name))
+        self._new("recompute", [RECOMPUTE_CODES[r] for r in d.recompute])
+        self._new("sequence_parallel", [int(s) for s in d.sequence_parallel])
+
+    def _lit(self, family: str) -> list:
+        """Enforcement literals of one family (an assumption when explaining)."""
+        if not self.explain:
+            return []
+        if family not in self.literals:
+            lit = self.cp.new_bool_var(f"family_{family}")
+            self.literals[family] = lit
+            self.cp.add_assumption(lit)
+        return [self.literals[family]]
+
+    def _allowed(self, family: str, names: Sequence[str], rows: list[tuple]) -> None:
+        ct = self.cp.add_allowed_assignments([self.var[n] for n in names], rows)
+        for lit in self._lit(family):
+            ct.only_enforce_if(lit)
+
+    # --- structural families -----------------------------------------------------------
+    def _tensor(self) -> None:
+        """TP: sequence parallelism only with TP > 1 (heads/kv/node rules filter the domain)."""
+        rows = [(t, s) for t in self.values["tp"] for s in self.values["sequence_parallel"]
+                if rules.sequence_parallel_ok(t, bool(s))]
+        self._allowed("tensor", ("tp", "sequence_parallel"), rows)
+
+    def _pipeline(self) -> None:
+        """PP x VPP chunks of >= 1 layer; even split unless uneven stages are allowed."""
+        rows = [(p, v) for p in self.values["pp"] for v in self.values["vpp"]
+                if rules.pipeline_ok(self.spec, self.options, p, v)]
+        self._allowed("pipeline", ("pp", "vpp"), rows)
+
+    def _context(self) -> None:
+        """CP divides the sequence into 2 x cp chunks (domain already filtered; kept for cores)."""
+        rows = [(c,) for c in self.values["cp"] if rules.context_ok(self.training, c)]
+        self._allowed("context", ("cp",), rows)
+
+    def _gpus(self) -> None:
+        """tp x pp x cp x dp = GPUs used (all available, or at most that when allowed)."""
+        rows = [(t, p, c, d, t * p * c * d) for t, p, c, d in itertools.product(
+            self.values["tp"], self.values["pp"], self.values["cp"], self.values["dp"])
+            if rules.gpus_ok(self.cluster, self.options, t * p * c * d)]
+        self._new("gpus", [r[-1] for r in rows] or [0])
+        self._allowed("gpus", ("tp", "pp", "cp", "dp", "gpus"), rows)
+
+    def _batch(self) -> None:
+        """dp x micro_batch x accum x seq_len hits the target batch; interleaving needs pp | accum."""
+        rows = [(d, m, rules.accumulation(self.training, d, m))
+                for d in self.values["dp"] for m in self.values["micro_batch"]
+                if rules.batch_ok(self.training, self.options, d, m)]
+        self._new("accum", [r[-1] for r in rows] or [1])
+        self._allowed("batch", ("dp", "micro_batch", "accum"), rows)
+        inter = [(p, v, a) for p in self.values["pp"] for v in self.values["vpp"]
+                 for a in self.values["accum"] if rules.interleave_batch_ok(p, v, a)]
+        self._allowed("pipeline", ("pp", "vpp", "accum"), inter)
+
+    # --- cost terms --------------------------------------------------------------------
+    def rows(self, deps: Sequence[str]) -> Iterable[tuple[int, ...]]:
+        """Value combinations of `deps` that pass every rule reading only those fields."""
+        for combo in itertools.product(*(self.values[n] for n in deps)):
+            kw = dict(zip(deps, combo))
+            if self._combo_ok(kw):
+                yield combo
+
+    def _combo_ok(self, kw: dict[str, int]) -> bool:
+        has = kw.keys()
+        if {"tp", "sequence_parallel"} <= has and not rules.sequence_parallel_ok(
+                kw["tp"], bool(kw["sequence_parallel"])):
+            return False
+        if {"pp", "vpp"} <= has and not rules.pipeline_ok(self.spec, self.options, kw["pp"], kw["vpp"]):
+            return False
+        if {"tp", "pp", "cp", "dp"} <= has and not rules.gpus_ok(
+                self.cluster, self.options, kw["tp"] * kw["pp"] * kw["cp"] * kw["dp"]):
+            return False
+        if {"dp", "micro_batch"} <= has and not rules.batch_ok(
+                self.training, self.options, kw["dp"], kw["micro_batch"]):
+            return False
+        return True
+
+    def table(self, name: str, deps: Sequence[str], fn: Callable[..., int]) -> cp_model.IntVar:
+        """An integer variable equal to fn(**fields) for the current values of `deps`.
+
+        fn receives decoded field values (recompute as its name, sequence_parallel as bool).
+        """
+        rows = [combo + (int(fn(**decode(dict(zip(deps, combo))))),) for combo in self.rows(deps)]
+        var = self._new(name, [r[-1] for r in rows] or [0])
+        self.cp.add_allowed_assignments([self.var[n] for n in deps] + [var], rows)
+        return var
+
+    def int_var(self, name: str, lo: int, hi: int) -> cp_model.IntVar:
+        """A new bounded integer variable registered under `name`."""
+        self.values[name] = (lo, hi)
+        self.var[name] = self.cp.new_int_var(lo, hi, name)
+        return self.var[name]
+
+    def product(self, name: str, a: cp_model.IntVar, b: cp_model.IntVar) -> cp_model.IntVar:
+        """An integer variable equal to a x b (AddMultiplicationEquality)."""
+        va, vb = self.values[a.name], self.values[b.name]
+        corners = [x * y for x in (min(va), max(va)) for y in (min(vb), max(vb))]
+        var = self.cp.new_int_var(min(corners), max(corners), name)
+        self.values[name] = (min(corners), max(corners))
+        self.cp.add_multiplication_equality(var, [a, b])
+        return var
+
+    def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
+        """The LayoutSpec of one solution's field values."""
+        return LayoutSpec(**decode({f: solver_values[f] for f in FIELDS}))
+
+
+def decode(values: dict[str, int]) -> dict:
+    """Integer field values -> LayoutSpec field values (recompute name, sequence_parallel bool)."""
+    out = dict(values)
+    if "recompute" in out:
+        out["recompute"] = RECOMPUTE_NAMES[out["recompute"]]
+    if "sequence_parallel" in out:
+        out["sequence_parallel"] = bool(out["sequence_parallel"])
+    return out
+
+
+def make_solver(options: SearchOptions, deadline: float, workers: int | None = None) -> cp_model.CpSolver:
+    """A solver with a time limit (what is left of the search budget), workers and a seed."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
+    solver.parameters.num_workers = workers or options.workers
+    solver.parameters.random_seed = options.seed
+    return solver

@@ -1,0 +1,54 @@
+"""The exhaustive evaluator: the oracle for the CP-SAT search and its speed baseline.
+
+It walks every structurally valid layout (solver.search.space.enumerate_layouts), asks the
+cost model for each (solver.cost.estimate.estimate_layout), keeps those that fit in memory
+(and meet the deadline for that objective), and sorts by the objective, then by the
+layout's fields so equal objectives have a fixed order. Nothing clever on purpose.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from solver.search.objective import meets_deadline, objective_units
+from solver.search.options import SearchOptions
+from solver.search.space import enumerate_layouts
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from topology.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    layout: LayoutSpec
+    estimate: Any
+    objective_units: float
+
+
+def layout_key(layout: LayoutSpec) -> tuple:
+    """A total order on layouts used to break exact ties deterministically."""
+    return (layout.tp, layout.pp, layout.dp, layout.cp, layout.vpp, layout.sequence_parallel,
+            layout.zero_stage, layout.micro_batch, layout.recompute)
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
+             layout: LayoutSpec, cost_options: Any = None) -> Evaluated | None:
+    """The cost model's verdict on one layout; None when it does not fit or misses the deadline."""
+    from solver.cost.estimate import estimate_layout
+
+    est = estimate_layout(model, cluster, training, layout, cost_options)
+    if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
+        return None
+    return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
+
+
+def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                      options: SearchOptions | None = None, cost_options: Any = None) -> list[Evaluated]:
+    """Every feasible layout, best first (all of them; slice for a top-K)."""
+    options = options or SearchOptions()
+    out = []
+    for layout in enumerate_layouts(model, cluster, training, options):
+        ev = evaluate(model, cluster, training, options, layout, cost_options)
+        if ev is not None:
+            out.append(ev)
+    out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
+    return out

@@ -1,0 +1,59 @@
+"""Search options (validated once at the boundary; strict, unknown keys rejected).
+
+Units: seconds for time limits and deadlines; fractions (0..1) for tolerances and margins.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from topology.spec import StrictModel
+
+Objective = Literal["step_time", "min_gpus", "min_gpus_deadline", "min_cost"]
+RecomputeLevel = Literal["none", "selective", "full"]
+
+
+class SearchOptions(StrictModel):
+    """What the layout search may vary and how long it may run."""
+
+    top_k: int = Field(default=10, ge=1, le=1000, description="Distinct layouts to return, best first.")
+    time_limit_s: float = Field(
+        default=10.0, gt=0, le=3600, description="Wall-clock limit of each CP-SAT solve, seconds.")
+    workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers (num_workers).")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="CP-SAT random seed.")
+    objective: Objective = Field(
+        default="step_time",
+        description="step_time: fastest step; min_gpus: fewest GPUs that fit (then fastest); "
+                    "min_gpus_deadline: fewest GPUs whose run ends by deadline_s (then fastest); "
+                    "min_cost: lowest GPU-time for the run (GPUs x steps x step time).")
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=1e10, description="Run deadline for min_gpus_deadline, seconds.")
+    allow_fewer_gpus: bool = Field(
+        default=False, description="Layouts may use fewer than all available GPUs.")
+    batch_tolerance: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="Allowed relative miss of training.global_batch_tokens (0 = exact).")
+    allow_tp_outside_node: bool = Field(
+        default=False, description="Tensor parallelism may span more than one node.")
+    allow_uneven_pipeline: bool = Field(
+        default=True, description="Pipeline stages may hold different numbers of layers.")
+    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
+        default=(0, 1, 2, 3), min_length=1, description="ZeRO stages the search may use.")
+    recompute: tuple[RecomputeLevel, ...] = Field(
+        default=("none", "selective", "full"), min_length=1,
+        description="Activation-recompute levels the search may use.")
+    max_micro_batch: int = Field(default=8, ge=1, le=1024, description="Largest micro-batch, sequences.")
+    max_vpp: int = Field(default=8, ge=1, le=64, description="Largest interleaving (virtual stages per rank).")
+    max_cp: int = Field(default=16, ge=1, le=1024, description="Largest context-parallel degree.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SearchOptions":
+        if self.objective == "min_gpus_deadline" and self.deadline_s is None:
+            raise ValueError("objective min_gpus_deadline needs deadline_s")
+        return self
+
+    @property
+    def gpus_may_vary(self) -> bool:
+        """Whether the GPU count is a decision (fewer GPUs allowed or a GPU-minimizing objective)."""
+        return self.allow_fewer_gpus or self.objective != "step_time"

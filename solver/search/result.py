@@ -1,0 +1,62 @@
+"""Search results: ranked layouts with their estimates, the solver status, and timing."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from solver.specs import LayoutSpec
+
+Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+
+
+@dataclass(frozen=True)
+class RankedLayout:
+    """One layout, its cost-model estimate (a LayoutEstimate) and its objective."""
+
+    rank: int
+    layout: LayoutSpec
+    estimate: Any
+    objective_units: float
+    grad_accum: int
+    pipeline_split: tuple[int, ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        est = self.estimate
+        out: dict[str, Any] = {"rank": self.rank, **self.layout.model_dump(), "gpus": self.layout.gpus,
+                               "grad_accum": self.grad_accum,
+                               "step_time_s": est.step_time_s, "mfu": est.mfu,
+                               "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]},
+                               "fits": est.fits}
+        if self.pipeline_split is not None:
+            out["pipeline_split"] = list(self.pipeline_split)
+        out["estimate"] = est.as_dict()
+        return out
+
+
+@dataclass
+class SearchResult:
+    """Layouts best first, the solver status and its bound/gap, wall seconds, counters."""
+
+    layouts: list[RankedLayout]
+    status: Status
+    seconds: float
+    objective: str
+    bound_units: float | None = None
+    gap: float | None = None
+    solves: int = 0
+    evaluated: int = 0
+    explanation: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> RankedLayout | None:
+        return self.layouts[0] if self.layouts else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "layouts": [r.as_dict() for r in self.layouts],
+            "search": {"status": self.status, "seconds": self.seconds, "objective": self.objective,
+                       "bound_units": self.bound_units, "gap": self.gap, "solves": self.solves,
+                       "evaluated": self.evaluated, "notes": self.notes},
+            "explanation": self.explanation,
+        }

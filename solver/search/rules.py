@@ -1,0 +1,80 @@
+"""The constraint families of the layout space, one function each (shared by CP-SAT and the oracle).
+
+Each family is a plain predicate over a few layout fields, so the CP-SAT model (which
+turns them into allowed-tuple tables over only those fields) and the exhaustive
+evaluator (which filters full layouts) apply the same rules. Sources:
+- tensor: attention heads and key/value heads are split across TP ranks (Shoeybi et al.
+  2019, sec. 3; GQA kv heads are replicated when TP > kv_heads, Megatron-LM
+  `num_query_groups`); TP stays inside the NVLink domain (Narayanan et al. 2021, sec. 3.3).
+- pipeline: pp x vpp model chunks, each >= 1 layer; interleaving needs equal chunks and a
+  micro-batch count that is a multiple of pp (Narayanan et al. 2021, sec. 2.2.2; Megatron-LM
+  schedules.py). Uneven splits (Llama 3 first/last stages lighter, Dubey et al. 2024,
+  sec. 3.3.2) only without interleaving.
+- context: the sequence is cut into 2 x cp chunks for causal load balance (Megatron-LM
+  context parallelism; Liu et al. 2023 ring attention).
+- gpus: tp x pp x dp x cp is the number of GPUs used.
+- batch: global batch = dp x micro_batch x accumulation x seq_len (seed plan, "Build the
+  global batch"); accumulation as in solver.cost.accounting.batch_plan.
+"""
+from __future__ import annotations
+
+from solver.cost.accounting import batch_plan
+from solver.search.options import SearchOptions
+from solver.specs import ModelSpec, TrainingSpec
+from topology.spec import ClusterSpec
+
+
+def tensor_ok(model: ModelSpec, cluster: ClusterSpec, options: SearchOptions, tp: int) -> bool:
+    """TP divides the query heads; it divides kv_heads or is a multiple of them; in one node."""
+    if model.heads % tp:
+        return False
+    if (model.kv_heads % tp) if tp <= model.kv_heads else (tp % model.kv_heads):
+        return False
+    if options.allow_tp_outside_node:
+        return True
+    return tp <= cluster.gpus_per_node and cluster.gpus_per_node % tp == 0
+
+
+def sequence_parallel_ok(tp: int, sp: bool) -> bool:
+    """Sequence parallelism splits norms/dropout over the TP group, so it needs tp > 1."""
+    return tp > 1 or not sp
+
+
+def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int) -> bool:
+    """pp x vpp chunks of >= 1 layer; interleaving needs vpp | layers/pp; uneven only if allowed."""
+    chunks = pp * vpp
+    if vpp > 1 and pp == 1:
+        return False
+    if chunks > model.layers:
+        return False
+    if model.layers % chunks == 0:
+        return True
+    return vpp == 1 and options.allow_uneven_pipeline
+
+
+def interleave_batch_ok(pp: int, vpp: int, accum: int) -> bool:
+    """Interleaved 1F1B runs micro-batches in groups of pp (Megatron-LM schedules.py)."""
+    return vpp == 1 or accum % pp == 0
+
+
+def context_ok(training: TrainingSpec, cp: int) -> bool:
+    """CP > 1 cuts each sequence into 2 x cp equal chunks (causal load balancing)."""
+    return cp == 1 or training.seq_len % (2 * cp) == 0
+
+
+def gpus_ok(cluster: ClusterSpec, options: SearchOptions, gpus: int) -> bool:
+    """All available GPUs are used, or at most that many when the GPU count may vary."""
+    available = cluster.available_gpus
+    return gpus <= available if options.gpus_may_vary else gpus == available
+
+
+def accumulation(training: TrainingSpec, dp: int, micro_batch: int) -> int:
+    """Micro-batches per step per replica (nearest to the target, at least 1)."""
+    return batch_plan(training, dp, micro_batch).grad_accum
+
+
+def batch_ok(training: TrainingSpec, options: SearchOptions, dp: int, micro_batch: int) -> bool:
+    """Tokens per step hit the target exactly, or within the relative batch tolerance."""
+    tokens = batch_plan(training, dp, micro_batch).tokens_per_step
+    miss = abs(tokens - training.global_batch_tokens)
+    return miss <= options.batch_tolerance * training.global_batch_tokens

@@ -1,0 +1,105 @@
+"""The candidate space: per-field domains and the full enumeration (for the oracle).
+
+A layout is the LayoutSpec fields (tp, pp, vpp, cp, dp, zero_stage, micro_batch,
+recompute, sequence_parallel); accumulation follows from (dp, micro_batch). Domains are
+filtered field by field with the rules in solver.search.rules; `enumerate_layouts` applies
+every rule to whole layouts and is deliberately a plain nested loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from solver.search import rules
+from solver.search.options import SearchOptions
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from topology.spec import ClusterSpec
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True)
+class Domains:
+    """Values each layout field may take before cross-field rules."""
+
+    tp: tuple[int, ...]
+    pp: tuple[int, ...]
+    vpp: tuple[int, ...]
+    cp: tuple[int, ...]
+    dp: tuple[int, ...]
+    micro_batch: tuple[int, ...]
+    zero_stage: tuple[int, ...]
+    recompute: tuple[str, ...]
+    sequence_parallel: tuple[bool, ...] = (False, True)
+
+
+def _degree_values(cluster: ClusterSpec, options: SearchOptions, upper: int) -> list[int]:
+    """Degrees up to `upper`: divisors of the GPU count, or any count when GPUs may vary."""
+    g = cluster.available_gpus
+    if options.gpus_may_vary:
+        return list(range(1, min(upper, g) + 1))
+    return [d for d in divisors(g) if d <= upper]
+
+
+def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions) -> list[int]:
+    """DP degrees for which some micro-batch meets the batch rule."""
+    seqs_max = int(training.global_batch_tokens * (1 + options.batch_tolerance)) // training.seq_len
+    cands = _degree_values(cluster, options, max(1, seqs_max))
+    mbs = range(1, options.max_micro_batch + 1)
+    return [d for d in cands if any(rules.batch_ok(training, options, d, m) for m in mbs)]
+
+
+def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+            options: SearchOptions) -> Domains:
+    """Per-field domains (each value is valid for its own field's rules)."""
+    g = cluster.available_gpus
+    tps = [t for t in _degree_values(cluster, options, min(model.heads, g))
+           if rules.tensor_ok(model, cluster, options, t)]
+    pps = _degree_values(cluster, options, model.layers)
+    vpps = [v for v in range(1, options.max_vpp + 1)
+            if any(rules.pipeline_ok(model, options, p, v) for p in pps)]
+    cps = [c for c in _degree_values(cluster, options, options.max_cp) if rules.context_ok(training, c)]
+    return Domains(
+        tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps),
+        dp=tuple(_dp_values(cluster, training, options)),
+        micro_batch=tuple(range(1, options.max_micro_batch + 1)),
+        zero_stage=tuple(sorted(options.zero_stages)), recompute=tuple(options.recompute))
+
+
+def degrees_ok(cluster: ClusterSpec, options: SearchOptions, tp: int, pp: int, cp: int, dp: int) -> bool:
+    """The GPU-count rule over the four degrees."""
+    return rules.gpus_ok(cluster, options, tp * pp * cp * dp)
+
+
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                      options: SearchOptions) -> Iterator[LayoutSpec]:
+    """Every layout that passes every structural rule (memory is the cost model's call)."""
+    d = domains(model, cluster, training, options)
+    for tp in d.tp:
+        for pp in d.pp:
+            for cp in d.cp:
+                for dp in d.dp:
+                    if degrees_ok(cluster, options, tp, pp, cp, dp):
+                        yield from _inner(model, training, options, d, tp, pp, cp, dp)
+
+
+def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: int):
+    for vpp in d.vpp:
+        if not rules.pipeline_ok(model, options, pp, vpp):
+            continue
+        for mb in d.micro_batch:
+            if not rules.batch_ok(training, options, dp, mb):
+                continue
+            if not rules.interleave_batch_ok(pp, vpp, rules.accumulation(training, dp, mb)):
+                continue
+            for sp in d.sequence_parallel:
+                if not rules.sequence_parallel_ok(tp, sp):
+                    continue
+                for zero in d.zero_stage:
+                    for rec in d.recompute:
+                        yield LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=sp,
+                                         zero_stage=zero, micro_batch=mb, recompute=rec)

@@ -1,0 +1,97 @@
+"""A small synthetic cost with the same shape as the real one, to test the search engine alone.
+
+step = accum x t_mb + (pp - 1)/vpp x t_mb + sync, memory = state + activations, where each
+term reads only a few layout fields. The real cost model is tested against the search in
+test_search_exact.py; this one isolates the CP-SAT engine, the window and the ranking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.search.assemble import StepTerms
+from solver.search.exhaustive import Evaluated
+from solver.search.objective import meets_deadline, objective_units
+from solver.search.rules import accumulation
+from solver.search.scaling import MEMORY_UNIT_BYTES, memory_floor, time_int
+
+REC = {"none": 1.0, "selective": 1.07, "full": 1.33}
+ACT = {"none": 1.0, "selective": 0.6, "full": 0.1}
+
+
+def t_mb_s(model, tp, cp, sequence_parallel, recompute, micro_batch, pp, vpp):
+    per_layer = 1e-3 * micro_batch * REC[recompute] / (tp * cp) + (2e-5 * tp if tp > 1 else 0.0)
+    per_layer *= 0.97 if sequence_parallel else 1.0
+    return per_layer * -(-model.layers // pp)
+
+
+def sync_s(model, tp, pp, dp, cp, zero_stage):
+    return 1e-4 * model.layers * (dp - 1) / dp / (tp * pp) * (1 + 0.1 * zero_stage) + 1e-5 * cp
+
+
+def state_bytes(model, tp, pp, dp, cp, zero_stage):
+    params = 1e6 * model.layers
+    local = params / (tp * pp)
+    shard = dp * cp
+    return local * (2 + 2 / (shard if zero_stage >= 2 else 1) + 8 / (shard if zero_stage >= 1 else 1)
+                    ) / (shard if zero_stage >= 3 else 1) * (1 if zero_stage < 3 else 1)
+
+
+def act_bytes(model, tp, cp, sequence_parallel, recompute, micro_batch, pp, vpp):
+    per_layer = 2e6 * micro_batch * ACT[recompute] / (cp * (tp if sequence_parallel else 1))
+    return per_layer * -(-model.layers // pp) * pp
+
+
+@dataclass
+class SyntheticEstimate:
+    step_time_s: float
+    mfu: float
+    memory_per_gpu_bytes: dict
+    fits: bool
+
+    def as_dict(self):
+        return {"step_time_s": self.step_time_s, "memory_per_gpu_bytes": self.memory_per_gpu_bytes}
+
+
+def estimate(model, cluster, training, layout, capacity_bytes):
+    kw = dict(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel,
+              recompute=layout.recompute, micro_batch=layout.micro_batch, pp=layout.pp, vpp=layout.vpp)
+    t = t_mb_s(model, **kw)
+    acc = accumulation(training, layout.dp, layout.micro_batch)
+    step = acc * t + (layout.pp - 1) / layout.vpp * t + sync_s(
+        model, layout.tp, layout.pp, layout.dp, layout.cp, layout.zero_stage)
+    mem = state_bytes(model, layout.tp, layout.pp, layout.dp, layout.cp, layout.zero_stage) + act_bytes(model, **kw)
+    return SyntheticEstimate(step, 0.5, {"total": mem}, mem <= capacity_bytes)
+
+
+def evaluator(model, cluster, training, options, capacity_bytes):
+    def ev(layout):
+        est = estimate(model, cluster, training, layout, capacity_bytes)
+        if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
+            return None
+        return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
+    return ev
+
+
+class SyntheticTerms:
+    def __init__(self, capacity_bytes):
+        self.capacity_bytes = capacity_bytes
+
+    def build(self, lm):
+        m = lm.spec
+        mb_deps = ("tp", "cp", "sequence_parallel", "recompute", "micro_batch", "pp", "vpp")
+        t = lm.table("t_mb", mb_deps, lambda **kw: time_int(t_mb_s(m, **kw)))
+        bubble = lm.table("bubble", mb_deps, lambda **kw: time_int(
+            (kw["pp"] - 1) / kw["vpp"] * t_mb_s(m, **kw)))
+        sync = lm.table("sync", ("tp", "pp", "dp", "cp", "zero_stage"),
+                        lambda **kw: time_int(sync_s(m, **kw)))
+        work = lm.product("work", lm.var["accum"], t)
+        hi = max(lm.values["work"]) + max(lm.values["bubble"]) + max(lm.values["sync"])
+        step = lm.int_var("step", 0, hi)
+        lm.cp.add(step == work + bubble + sync)
+        st = lm.table("state", ("tp", "pp", "dp", "cp", "zero_stage"),
+                      lambda **kw: memory_floor(state_bytes(m, **kw)))
+        act = lm.table("act", mb_deps, lambda **kw: memory_floor(act_bytes(m, **kw)))
+        mem = lm.int_var("memory", 0, max(lm.values["state"]) + max(lm.values["act"]))
+        lm.cp.add(mem == st + act)
+        err = 0.5 * max(lm.values["accum"]) + 0.5 + 0.5
+        return StepTerms(step, err, mem, int(self.capacity_bytes // MEMORY_UNIT_BYTES))
