@@ -1,0 +1,109 @@
+"""The FastAPI app factory: routers, error handlers, body-size limit, store, solve slots.
+
+`create_app(settings)` builds an independent app (its own store connection and slots), so
+tests run several side by side; `trainplan serve` builds one from the environment.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.routers import estimate, health, layouts, plans, presets
+from service.routers.common import SolveSlots
+from service.routers.errors import install_error_handlers
+from service.settings import Settings, get_settings
+from service.store import PlanStore
+
+DESCRIPTION = """\
+trainplan as a service: costed training plans and ranked parallel layouts.
+
+* **POST /v1/layouts** — a scheduler's call: ranked layouts with Megatron-LM arguments, a
+  torchtitan config, a DeepSpeed config and the rank-to-GPU placement.
+* **POST /v1/plans** — the whole plan (as `trainplan plan`), stored; **GET /v1/plans/{id}**
+  and **GET /v1/plans/{id}/report** (HTML with charts) fetch it again, also after a restart.
+* **POST /v1/estimate** — one fixed layout. **GET /v1/presets** — preset names.
+
+Model, cluster and training take a preset name or an inline object. Errors are JSON:
+`{"error": {"status", "type", "message", "problems": [{"field", "reason"}]}}`.
+"""
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 (JSON error) for request bodies above `max_bytes`.
+
+    The body is read up to the limit before the app sees it, so a missing or lying
+    Content-Length cannot get a larger body through.
+    """
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([], message, receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+        await self.app(scope, _replay(chunks, None, receive), send)
+
+    async def _reject(self, send) -> None:
+        body = json.dumps({"error": {"status": 413, "type": "too_large",
+                                     "message": f"request body over {self.max_bytes} bytes",
+                                     "problems": [{"field": "body", "reason": "too large"}]}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(chunks: list[bytes], pending: dict | None, receive):
+    """A receive() that first hands over the buffered body (or message), then the real one."""
+    first = pending or {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return first
+        return await receive()
+
+    return replay
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new app for `settings` (default: from the environment, TRAINPLAN_*)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        app.state.store.close()
+
+    app = FastAPI(title="trainplan", version="0.1.0", description=DESCRIPTION,
+                  docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.store = PlanStore(settings.database_url)
+    app.state.slots = SolveSlots(settings.max_concurrent_solves, settings.queue_wait_s)
+    install_error_handlers(app)
+    for module in (health, presets, plans, layouts, estimate):
+        app.include_router(module.router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

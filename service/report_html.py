@@ -1,0 +1,197 @@
+"""A stored plan as one self-contained HTML page: tables plus inline SVG charts.
+
+Charts: per-GPU memory of the top layouts stacked by component against the GPU capacity
+line, and each layout's step-time breakdown. No scripts, no external assets. Every value
+from the plan is escaped.
+"""
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+           "#ff9da7", "#9c755f", "#bab0ac")
+STATE_PARTS = ("weights", "gradients", "optimizer")
+LAYOUT_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage",
+                  "micro_batch", "recompute")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _fmt(value: Any) -> str:
+    v = _num(value)
+    if v is None:
+        return escape("—" if value is None else str(value))
+    if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+        return f"{v:.3e}"
+    return f"{v:,.4g}" if not float(v).is_integer() else f"{int(v):,}"
+
+
+def _dig(data: dict, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def layout_label(layout: dict[str, Any]) -> str:
+    """Short label, e.g. 'TP8 PP1 DP64 CP1 Z1 mb1 sel'."""
+    rec = {"none": "no-rc", "selective": "sel", "full": "full"}.get(layout.get("recompute"), "")
+    vpp = f" v{layout['vpp']}" if layout.get("vpp", 1) > 1 else ""
+    return (f"TP{layout.get('tp')} PP{layout.get('pp')}{vpp} DP{layout.get('dp')} "
+            f"CP{layout.get('cp')} Z{layout.get('zero_stage')} mb{layout.get('micro_batch')} {rec}")
+
+
+def memory_components(memory: dict[str, Any]) -> dict[str, float]:
+    """Stackable components: all but 'total', and 'model_state' when its parts are given."""
+    skip = {"total"} | ({"model_state"} if any(p in memory for p in STATE_PARTS) else set())
+    return {k: v for k, v in memory.items() if k not in skip and (_num(v) or 0) > 0}
+
+
+def time_components(breakdown: dict[str, Any]) -> dict[str, float]:
+    """Stackable step-time components (positive numbers, 'total' left out)."""
+    return {k: v for k, v in breakdown.items() if k not in ("total", "step") and (_num(v) or 0) > 0}
+
+
+def _colors(keys: list[str]) -> dict[str, str]:
+    return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
+
+
+def _legend(colors: dict[str, str], x: float, y: float) -> list[str]:
+    out = []
+    for i, (name, color) in enumerate(colors.items()):
+        xi = x + (i % 4) * 150
+        yi = y + (i // 4) * 16
+        out.append(f'<rect class="legend" x="{xi}" y="{yi}" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{xi + 14}" y="{yi + 9}" font-size="11">{escape(name)}</text>')
+    return out
+
+
+def memory_chart(rows: list[dict[str, Any]], capacity_bytes: float) -> str:
+    """Stacked bars (GB per GPU by component) per layout, with a dashed capacity line."""
+    parts = [memory_components(r.get("memory_per_gpu_bytes") or {}) for r in rows]
+    keys = list(dict.fromkeys(k for p in parts for k in p))
+    colors = _colors(keys)
+    top = max([capacity_bytes] + [sum(p.values()) for p in parts]) * 1.1
+    w, h, left, plot_h, base = 640, 340 + 16 * (len(keys) // 4), 60, 220, 250
+    bar_w = min(60, 480 / max(1, len(rows)) * 0.6)
+    svg = [f'<svg class="chart memory-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" '
+           f'height="{h}" role="img" aria-label="per-GPU memory by component">',
+           f'<line class="axis" x1="{left}" y1="{base}" x2="{w - 10}" y2="{base}" stroke="#333"/>']
+    for i, p in enumerate(parts):
+        x = left + 20 + i * (480 / max(1, len(rows)))
+        y = base
+        for key, value in p.items():
+            bh = value / top * plot_h
+            y -= bh
+            svg.append(f'<rect class="bar" data-layout="{i}" data-component="{escape(key)}" '
+                       f'data-bytes="{value:.0f}" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
+                       f'height="{bh:.1f}" fill="{colors[key]}"><title>{escape(key)}: '
+                       f'{value / 1e9:.2f} GB</title></rect>')
+        svg.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">#{i + 1}</text>')
+    cap_y = base - capacity_bytes / top * plot_h
+    svg.append(f'<line class="capacity-line" data-bytes="{capacity_bytes:.0f}" x1="{left}" '
+               f'y1="{cap_y:.1f}" x2="{w - 10}" y2="{cap_y:.1f}" stroke="#c00" stroke-dasharray="6 4"/>')
+    svg.append(f'<text x="{left + 4}" y="{cap_y - 4:.1f}" font-size="11" fill="#c00">GPU memory '
+               f'{capacity_bytes / 1e9:g} GB</text>')
+    svg.append(f'<text x="4" y="20" font-size="11">GB per GPU (max {top / 1e9:.0f})</text>')
+    svg += _legend(colors, left, base + 30)
+    svg.append("</svg>")
+    return "".join(svg)
+
+
+def time_chart(rows: list[dict[str, Any]]) -> str:
+    """Horizontal stacked bars: each layout's step time by component (seconds)."""
+    parts = [time_components(r.get("time_breakdown_s") or {}) for r in rows]
+    keys = list(dict.fromkeys(k for p in parts for k in p))
+    colors = _colors(keys)
+    top = max([sum(p.values()) for p in parts] + [_num(r.get("step_time_s")) or 0 for r in rows]
+              + [1e-9]) * 1.1
+    left, plot_w, row_h = 60, 540, 26
+    h = 40 + row_h * len(rows) + 40 + 16 * (len(keys) // 4)
+    svg = [f'<svg class="chart time-chart" xmlns="http://www.w3.org/2000/svg" width="640" '
+           f'height="{h}" role="img" aria-label="step time by component">',
+           f'<text x="4" y="16" font-size="11">seconds per step (axis to {top:.3g} s)</text>']
+    for i, p in enumerate(parts):
+        y, x = 30 + i * row_h, float(left)
+        svg.append(f'<text x="4" y="{y + 14}" font-size="10">#{i + 1}</text>')
+        for key, value in p.items():
+            bw = value / top * plot_w
+            svg.append(f'<rect class="bar" data-layout="{i}" data-component="{escape(key)}" '
+                       f'data-seconds="{value:.6g}" x="{x:.1f}" y="{y}" width="{bw:.1f}" '
+                       f'height="{row_h - 6}" fill="{colors[key]}"><title>{escape(key)}: '
+                       f'{value:.4g} s</title></rect>')
+            x += bw
+    svg += _legend(colors, left, 40 + row_h * len(rows))
+    svg.append("</svg>")
+    return "".join(svg)
+
+
+def _table(headers: list[str], rows: list[list[Any]], cls: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+SUMMARY = (("Parameters", "parameters.total"), ("Model state, bytes", "memory.model_state_bytes"),
+           ("Training FLOPs", "flops.total"), ("Assumed MFU", "time.assumed_mfu"),
+           ("Wall time, s", "time.wall_s"), ("GPU-hours", "time.gpu_hours"),
+           ("Tokens per step", "batch.tokens_per_step"), ("Optimizer steps", "batch.steps"),
+           ("DP grad-sync lower bound, s", "communication.dp_grad_sync_lower_bound_s"))
+
+
+def _layout_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for i, entry in enumerate(plan.get("layouts") or []):
+        total = _dig(entry, "memory_per_gpu_bytes.total")
+        rows.append([i + 1] + [entry.get(c) for c in LAYOUT_COLUMNS]
+                    + [entry.get("step_time_s"), entry.get("mfu"),
+                       None if _num(total) is None else total / 1e9, entry.get("fits")])
+    return rows
+
+
+def _list_section(title: str, items: Any) -> str:
+    if not items:
+        return ""
+    lis = []
+    for item in items if isinstance(items, list) else [items]:
+        text = item if isinstance(item, str) else json.dumps(item, indent=1)
+        lis.append(f"<li><pre>{escape(text)}</pre></li>" if not isinstance(item, str)
+                   else f"<li>{escape(text)}</li>")
+    return f"<h2>{escape(title)}</h2><ul class=\"{escape(title.lower().replace(' ', '-'))}\">{''.join(lis)}</ul>"
+
+
+STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
+         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+         "text-align:right}th{background:#f3f3f3}pre{white-space:pre-wrap;font-size:12px}"
+         ".chart{border:1px solid #eee;margin:1em 0;background:#fff}")
+
+
+def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) -> str:
+    """The HTML page of one stored plan (its report data holds the chart inputs)."""
+    rows = report.get("layouts") or []
+    title = f"trainplan: {report.get('model', 'model')} on {report.get('cluster', 'cluster')}"
+    summary = _table(["quantity", "value"], [[name, _dig(plan, path)] for name, path in SUMMARY],
+                     "summary")
+    layouts = _table(["#"] + list(LAYOUT_COLUMNS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
+                     _layout_rows(plan), "layouts")
+    charts = ""
+    if rows:
+        charts = (f"<h2>Per-GPU memory, top {len(rows)} layouts</h2>"
+                  + memory_chart(rows, float(report.get("capacity_bytes") or 0))
+                  + f"<h2>Step-time breakdown</h2>" + time_chart(rows)
+                  + "<ol class=\"chart-keys\">"
+                  + "".join(f"<li>{escape(layout_label(r['layout']))}</li>" for r in rows) + "</ol>")
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{escape(title)}</h1><p class=\"plan-id\">plan {escape(plan_id)} · GPU "
+            f"{escape(str(report.get('gpu', '')))}</p><h2>Estimates</h2>{summary}"
+            f"<h2>Layouts, best first</h2>{layouts}{charts}"
+            + _list_section("Validation stages", plan.get("validation_stages"))
+            + _list_section("Failure checks", plan.get("failure_checks"))
+            + "<h2>Full plan JSON</h2><details><summary>show</summary><pre>"
+            + escape(json.dumps(plan, indent=1)) + "</pre></details></body></html>")

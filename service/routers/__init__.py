@@ -1,0 +1,1 @@
+"""HTTP routers, one module per resource (plans, layouts, estimate, presets, health)."""

@@ -1,0 +1,24 @@
+"""POST /v1/estimate: accounting and predicted step time / memory for one fixed layout."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from service.routers import solving
+from service.routers.common import load_specs, require_token
+from service.routers.errors import jsonable
+from service.routers.schemas import EstimateIn
+
+router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(require_token)])
+
+
+@router.post("/estimate", summary="Estimate one layout (the JSON of `trainplan estimate`)",
+             responses={422: {"description": "bad input or a layout that does not fit the model"},
+                        503: {"description": "saturated"}})
+def post_estimate(body: EstimateIn, request: Request) -> JSONResponse:
+    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training,
+                       layout=body.layout)
+    model, cluster, training, layout = (specs[k] for k in ("model", "cluster", "training", "layout"))
+    with request.app.state.slots.hold():
+        result = solving.run_estimate(model, cluster, training, layout)
+    return JSONResponse(jsonable(result))

@@ -1,0 +1,43 @@
+"""POST /v1/layouts: ranked layouts for a scheduler, each with launcher exports and placement."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from service.launchers import launchers, rank_placement
+from service.routers import solving
+from service.routers.common import app_settings, load_specs, require_token
+from service.routers.errors import jsonable
+from service.routers.schemas import LayoutsIn
+from service.settings import Settings
+
+router = APIRouter(prefix="/v1", tags=["layouts"], dependencies=[Depends(require_token)])
+
+
+def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, Any]:
+    from solver.plan import LAYOUT_FIELDS
+    from solver.specs import LayoutSpec
+
+    layout = LayoutSpec(**{k: entry[k] for k in LAYOUT_FIELDS if k in entry})
+    placement = rank_placement(cluster, layout)
+    split = entry.get("pipeline_split")
+    return {**entry, "launchers": launchers(model, training, layout, placement, split),
+            "placement": placement}
+
+
+@router.post("/layouts", summary="Ranked layouts with Megatron-LM / torchtitan / DeepSpeed "
+             "configs and rank placement",
+             responses={422: {"description": "bad input, or nothing fits (error.type 'infeasible')"},
+                        503: {"description": "saturated, or no layout found in the time limit"}})
+def post_layouts(body: LayoutsIn, request: Request,
+                 settings: Settings = Depends(app_settings)) -> JSONResponse:
+    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
+    model, cluster, training = specs["model"], specs["cluster"], specs["training"]
+    options, limits = solving.search_options(body.options, settings)
+    with request.app.state.slots.hold():
+        result = solving.run_search(model, cluster, training, options)
+        result["layouts"] = [_with_exports(e, model, cluster, training)
+                             for e in result.get("layouts", [])]
+    return JSONResponse(jsonable({**result, "limits": limits}))

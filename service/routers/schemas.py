@@ -1,0 +1,86 @@
+"""Request bodies of the /v1 routes, with the OpenAPI examples shown at /docs.
+
+The spec fields (model, cluster, training, layout, options) are typed `Any` here on
+purpose: each is validated once by its own strict spec (solver.specs, topology.spec,
+solver.search.options) so that error field paths read `model.layers`, not pydantic's
+union-branch paths. The OpenAPI schema still says what they accept.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SEED_MODEL = {"name": "seed-70b", "layers": 80, "hidden": 8192, "ffn_hidden": 28672,
+              "ffn_gated": True, "heads": 64, "kv_heads": 8, "head_dim": 128,
+              "vocab": 128000, "tied_embeddings": True}
+SEED_CLUSTER = {"name": "seed-512", "nodes": 64, "gpus_per_node": 8,
+                "gpu": {"name": "seed-gpu", "memory_gb": 80, "peak_tflops": 1000, "hbm_gb_s": 3350},
+                "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
+                "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}}
+SEED_TRAINING = {"tokens": 300e9, "seq_len": 8192, "global_batch_tokens": 4194304}
+SEED_LAYOUT = {"tp": 8, "pp": 1, "dp": 64, "cp": 1, "vpp": 1, "sequence_parallel": True,
+               "zero_stage": 1, "micro_batch": 1, "recompute": "selective"}
+
+_PRESET_OR_OBJECT = {"oneOf": [{"type": "string", "description": "preset name (GET /v1/presets)"},
+                               {"type": "object"}]}
+
+
+def _spec_field(what: str, default: Any = ..., example: Any = None) -> Any:
+    return Field(default, description=f"{what}: a preset name or an inline object.",
+                 json_schema_extra={**_PRESET_OR_OBJECT, "examples": [example]})
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProblemIn(_Body):
+    """A model, a cluster and a training run (the planning problem)."""
+
+    model: Any = _spec_field("Model (native fields or a Hugging Face config.json)", example="seed-70b")
+    cluster: Any = _spec_field("Cluster (its 'gpu' may name a GPU preset)", example="seed-512")
+    training: Any = _spec_field("Training run", default="seed-300b", example="seed-300b")
+
+
+class SearchIn(ProblemIn):
+    """A problem plus layout-search options."""
+
+    options: dict[str, Any] | None = Field(
+        default=None,
+        description="Search options (solver.search.options.SearchOptions: top_k, time_limit_s, "
+                    "objective, allow_fewer_gpus, zero_stages, ...). time_limit_s is capped by "
+                    "the server's TRAINPLAN_MAX_TIME_LIMIT_S.",
+        examples=[{"top_k": 5, "time_limit_s": 2}])
+
+
+class PlanIn(SearchIn):
+    """POST /v1/plans body."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"},
+        {"model": SEED_MODEL, "cluster": SEED_CLUSTER, "training": SEED_TRAINING,
+         "options": {"top_k": 5, "time_limit_s": 2}},
+    ]})
+
+
+class LayoutsIn(SearchIn):
+    """POST /v1/layouts body (a scheduler's request)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
+         "options": {"top_k": 3}},
+        {"model": "seed-70b", "cluster": {**SEED_CLUSTER, "unavailable_nodes": [3, 17]},
+         "training": "seed-300b", "options": {"top_k": 3, "allow_fewer_gpus": True}},
+    ]})
+
+
+class EstimateIn(ProblemIn):
+    """POST /v1/estimate body: one fixed layout."""
+
+    layout: Any = Field(description="The layout (Megatron-LM terms).",
+                        json_schema_extra={"type": "object", "examples": [SEED_LAYOUT]})
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b", "layout": SEED_LAYOUT},
+    ]})

@@ -1,0 +1,108 @@
+"""Thin calls into solver/: search options under the server's limits, search, plan, estimate.
+
+Imports of solver.search / solver.plan happen inside the functions (no import-time work,
+and the app still starts for /healthz while a solver module is missing).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service.settings import Settings
+from topology.errors import Problem, SpecError
+
+
+def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any, dict[str, Any]]:
+    """Validate options and apply the server's caps; returns (SearchOptions, limits applied).
+
+    time_limit_s defaults to settings.default_time_limit_s and is capped at
+    settings.max_time_limit_s (the response says so); top_k above settings.max_top_k is a
+    422. Raises: SpecError.
+    """
+    from solver.search.options import SearchOptions
+    from topology.spec import parse_spec
+
+    raw = dict(raw or {})
+    opts = parse_spec(SearchOptions, json.dumps(raw), "options")
+    if opts.top_k > settings.max_top_k:
+        raise SpecError("options.top_k too large",
+                        [Problem("options.top_k", f"at most {settings.max_top_k} on this server")])
+    asked = opts.time_limit_s if "time_limit_s" in raw else settings.default_time_limit_s
+    applied = min(asked, settings.max_time_limit_s)
+    opts = opts.model_copy(update={"time_limit_s": applied})
+    return opts, {"time_limit_s": applied, "time_limit_cap_s": settings.max_time_limit_s,
+                  "time_limit_capped": asked > settings.max_time_limit_s}
+
+
+def run_search(model, cluster, training, options) -> dict[str, Any]:
+    """Ranked layouts (solver.search.search_layouts). Raises: InfeasibleError, SpecError,
+    SolverTimeoutError."""
+    try:
+        from solver.search import search_layouts
+    except ImportError:  # package without its re-export
+        from solver.search.api import search_layouts
+
+    return search_layouts(model, cluster, training, options).as_dict()
+
+
+def run_plan(model, cluster, training, options) -> dict[str, Any]:
+    """The full plan (solver.plan.build_plan), searched with `options` when it takes them."""
+    import inspect
+
+    from solver.plan import build_plan
+
+    if "options" in inspect.signature(build_plan).parameters:
+        return build_plan(model, cluster, training, options=options)
+    return build_plan(model, cluster, training)
+
+
+def run_estimate(model, cluster, training, layout) -> dict[str, Any]:
+    """Accounting (solver.plan) merged with the cost model's prediction (solver.cost.estimate).
+
+    Raises: SpecError when the layout does not fit the model or the cluster.
+    """
+    from solver.plan import estimate_accounting
+
+    result = estimate_accounting(model, cluster, training, layout)
+    try:
+        from solver.cost.estimate import estimate_layout
+    except ModuleNotFoundError:
+        return result
+    predicted = estimate_layout(model, cluster, training, layout).as_dict()
+    memory = {**result.get("memory_per_gpu_bytes", {}), **predicted.get("memory_per_gpu_bytes", {})}
+    return {**result, **predicted, "memory_per_gpu_bytes": memory}
+
+
+REPORT_LAYOUTS = 6  # layouts charted in a plan's report
+
+
+def _needs_estimate(entry: dict[str, Any]) -> bool:
+    mem = entry.get("memory_per_gpu_bytes")
+    parts = [k for k in (mem or {}) if k not in ("total", "model_state")]
+    return not (len(parts) > 1 and entry.get("time_breakdown_s"))
+
+
+def report_data(plan: dict[str, Any], model, cluster, training) -> dict[str, Any]:
+    """Chart inputs for a plan's report: per-GPU memory by component and step-time breakdown
+    of the top layouts (from the plan, or the cost model where the plan lacks them)."""
+    from solver.plan import LAYOUT_FIELDS
+    from solver.specs import LayoutSpec
+
+    rows = []
+    for entry in (plan.get("layouts") or [])[:REPORT_LAYOUTS]:
+        layout = LayoutSpec(**{k: entry[k] for k in LAYOUT_FIELDS if k in entry})
+        data = {**entry, **(entry.get("estimate") or {})}
+        if _needs_estimate(data):
+            try:
+                from solver.cost.estimate import estimate_layout
+            except ModuleNotFoundError:
+                pass
+            else:
+                data = {**data, **estimate_layout(model, cluster, training, layout).as_dict()}
+        rows.append({"layout": {k: getattr(layout, k) for k in LAYOUT_FIELDS},
+                     "step_time_s": data.get("step_time_s"), "mfu": data.get("mfu"),
+                     "fits": data.get("fits"),
+                     "memory_per_gpu_bytes": data.get("memory_per_gpu_bytes") or {},
+                     "time_breakdown_s": data.get("time_breakdown_s") or {}})
+    return {"capacity_bytes": cluster.gpu.memory_bytes, "gpu": cluster.gpu.name,
+            "model": model.name, "cluster": cluster.name, "layouts": rows}

@@ -1,0 +1,61 @@
+"""Service settings: read once from the environment (TRAINPLAN_*), overridable in tests.
+
+Units: `_s` seconds, `_bytes` bytes. Every field is documented where it is declared.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENV_PREFIX = "TRAINPLAN_"
+
+
+def default_database_url() -> str:
+    """SQLite file under $XDG_DATA_HOME/trainplan (default ~/.local/share/trainplan)."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{base / 'trainplan' / 'plans.db'}"
+
+
+class Settings(BaseModel):
+    """What an operator may set. Environment: TRAINPLAN_<FIELD NAME IN CAPITALS>."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="SQLAlchemy URL of the plan store, e.g. sqlite:////data/plans.db or "
+                    "postgresql+psycopg://user:pw@host/db.")
+    api_token: str | None = Field(
+        default=None, description="When set, /v1 routes require 'Authorization: Bearer <token>'.")
+    max_body_bytes: int = Field(
+        default=1_000_000, ge=1_024, description="Largest request body accepted (413 above).")
+    default_time_limit_s: float = Field(
+        default=2.0, gt=0, description="Solver time limit when a request does not set one.")
+    max_time_limit_s: float = Field(
+        default=20.0, gt=0, description="Server cap on a request's solver time limit.")
+    max_concurrent_solves: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1), ge=1,
+        description="Solves running at once; further requests wait up to queue_wait_s, then 503.")
+    queue_wait_s: float = Field(
+        default=0.5, ge=0, description="How long a request waits for a solve slot before 503.")
+    max_top_k: int = Field(default=20, ge=1, description="Most layouts one request may ask for.")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+        """Settings from TRAINPLAN_* variables (unset ones keep their defaults).
+
+        Raises: pydantic.ValidationError on a malformed value.
+        """
+        env = os.environ if environ is None else environ
+        values = {name: env[ENV_PREFIX + name.upper()]
+                  for name in cls.model_fields if ENV_PREFIX + name.upper() in env}
+        return cls.model_validate(values)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (cached; tests pass their own Settings to create_app)."""
+    return Settings.from_env()
