@@ -1,0 +1,196 @@
+"""Compute time of one transformer layer (and the LM head) for one micro-batch on one GPU.
+
+Unit legend: `_s` seconds; `_flops` floating-point operations; `_bytes` bytes; shapes
+are element counts. A GEMM (m, n, k) multiplies an m x k by a k x n matrix (2 m n k FLOPs).
+
+Model of a layer (Megatron-LM tensor parallelism, Shoeybi et al. 2019, Sec. 3):
+- GEMMs, rows M = micro_batch x seq_len / cp tokens: QKV (n = (H + 2K) dh / tp, GQA per
+  Ainslie et al. 2023), attention output (k = H dh / tp), FFN up (n = F / tp, doubled for
+  the SwiGLU gate, Shazeer 2020) and down (k = F / tp). Backward = a data-gradient and a
+  weight-gradient GEMM per forward GEMM, i.e. 2x the forward FLOPs (Narayanan et al. 2021,
+  Sec. 3.2 / eq. 3 derivation).
+- GEMM time: roofline max(FLOPs / achievable compute, bytes / HBM) with the achievable
+  compute reduced by tile and wave quantization (NVIDIA Deep Learning Performance Guide,
+  "Matrix Multiplication Background", sections Tile Quantization and Wave Quantization).
+- Attention core: FlashAttention (Dao et al. 2022; FA-2, Dao 2023): forward 4 M S (H/tp) dh
+  FLOPs halved by the causal mask, backward 2.5x forward (FA-2 Sec. 4.1: five matmuls
+  against two); or the unfused path (full S x S, scores as HBM traffic).
+- Memory-bound elementwise work (norms, residual adds, activation function, rotary):
+  bytes over achievable HBM bandwidth; backward moves about twice the forward bytes (reads
+  the saved input and the output gradient, writes the input gradient).
+- Recompute (Korthikanti et al. 2022, Sec. 5): full = the layer's whole forward again;
+  selective = the attention core's forward again.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from solver.cost.options import CostOptions
+from solver.specs import ModelSpec, Recompute
+from topology.spec import GpuSpec
+
+ACT_BYTES = 2  # BF16/FP16 activations
+FLASH_BACKWARD_FACTOR = 2.5  # FA-2 (Dao 2023, Sec. 4.1): backward = 2.5 x forward FLOPs
+
+
+def gemm_efficiency(m: int, n: int, gpu: GpuSpec, opts: CostOptions) -> float:
+    """Achievable share of peak for an (m, n, .) GEMM: peak fraction x tile x wave quantization."""
+    tiles_m = math.ceil(m / opts.gemm_tile_m)
+    tiles_n = math.ceil(n / opts.gemm_tile_n)
+    tile_eff = (m * n) / (tiles_m * opts.gemm_tile_m * tiles_n * opts.gemm_tile_n)
+    tiles = tiles_m * tiles_n
+    waves = math.ceil(tiles / opts.gemm_concurrent_tiles)
+    wave_eff = tiles / (waves * opts.gemm_concurrent_tiles)
+    return opts.gemm_peak_fraction * tile_eff * wave_eff
+
+
+def gemm_time_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> float:
+    """Roofline time of one BF16 GEMM (m, n, k): max(compute-bound, HBM-bound) seconds."""
+    if min(m, n, k) <= 0:
+        return 0.0
+    compute_s = 2.0 * m * n * k / (gpu.peak_flops * gemm_efficiency(m, n, gpu, opts))
+    hbm_s = ACT_BYTES * (m * k + k * n + m * n) / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
+    return max(compute_s, hbm_s)
+
+
+def gemm_fwd_bwd_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> tuple[float, float, float]:
+    """(forward, data-gradient, weight-gradient) times of a linear layer's GEMMs."""
+    return (gemm_time_s(m, n, k, gpu, opts),   # Y = X W
+            gemm_time_s(m, k, n, gpu, opts),   # dX = dY W^T
+            gemm_time_s(k, n, m, gpu, opts))   # dW = X^T dY
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Per-GPU shapes of one layer for one micro-batch."""
+
+    tokens: int        # GEMM rows: micro_batch * seq_len / cp
+    seq_kv: int        # keys each query attends over (full sequence)
+    hidden: int
+    q_width: int       # H dh / tp
+    kv_width: int      # K dh / tp (K heads replicated when tp > K)
+    ffn_width: int     # F / tp
+    heads: int         # H / tp
+    head_dim: int
+    gated: bool
+
+
+def layer_shape(model: ModelSpec, seq_len: int, tp: int, cp: int, micro_batch: int) -> LayerShape:
+    """Shapes of one layer on one GPU (heads split over tp; sequence split over cp)."""
+    kv_heads_local = max(1, model.kv_heads // tp)
+    return LayerShape(
+        tokens=micro_batch * seq_len // cp, seq_kv=seq_len, hidden=model.hidden,
+        q_width=model.heads * model.head_dim // tp, kv_width=kv_heads_local * model.head_dim,
+        ffn_width=model.ffn_hidden // tp, heads=model.heads // tp, head_dim=model.head_dim,
+        gated=model.ffn_gated)
+
+
+def layer_gemms(sh: LayerShape) -> list[tuple[int, int, int]]:
+    """(m, n, k) of the four forward GEMMs: QKV, attention output, FFN up(+gate), FFN down."""
+    up = sh.ffn_width * (2 if sh.gated else 1)
+    return [(sh.tokens, sh.q_width + 2 * sh.kv_width, sh.hidden),
+            (sh.tokens, sh.hidden, sh.q_width),
+            (sh.tokens, up, sh.hidden),
+            (sh.tokens, sh.hidden, sh.ffn_width)]
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Times of one layer for one micro-batch, seconds, by part and pass."""
+
+    gemm_fwd_s: float
+    gemm_dgrad_s: float
+    gemm_wgrad_s: float
+    column_dgrad_s: float   # data-gradient GEMMs of QKV and FFN-up (hide SP input re-gather)
+    column_wgrad_s: float   # weight-gradient GEMMs of QKV and FFN-up (hide TP backward comm)
+    attn_fwd_s: float
+    attn_bwd_s: float
+    elementwise_fwd_s: float
+    elementwise_bwd_s: float
+
+    @property
+    def forward_s(self) -> float:
+        return self.gemm_fwd_s + self.attn_fwd_s + self.elementwise_fwd_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.gemm_dgrad_s + self.gemm_wgrad_s + self.attn_bwd_s + self.elementwise_bwd_s
+
+    def recompute_s(self, recompute: Recompute) -> float:
+        """Extra forward work in backward: full = whole layer, selective = attention core."""
+        return {"none": 0.0, "selective": self.attn_fwd_s, "full": self.forward_s}[recompute]
+
+
+def attention_core_s(sh: LayerShape, gpu: GpuSpec, opts: CostOptions) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention core (scores, softmax, weighted values)."""
+    full_flops = 4.0 * sh.tokens * sh.seq_kv * sh.heads * sh.head_dim  # QK^T and PV, 2 FLOPs/MAC
+    if opts.attention_kernel == "flash":
+        fwd = 0.5 * full_flops / (gpu.peak_flops * opts.attention_peak_fraction)  # causal: half
+        return fwd, FLASH_BACKWARD_FACTOR * fwd
+    # Unfused (Megatron before FlashAttention): full S x S batched GEMMs at GEMM efficiency;
+    # scores written, softmax read+written, probabilities read: ~8 bytes per score element
+    # forward (+3 with dropout: 1-byte mask, 2-byte output), twice that backward.
+    scores = sh.tokens * sh.seq_kv * sh.heads
+    per_score = 8 + (3 if opts.dropout else 0)
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    fwd = full_flops / (gpu.peak_flops * opts.gemm_peak_fraction) + per_score * scores / hbm
+    return fwd, 2.0 * fwd
+
+
+def elementwise_fwd_bytes(sh: LayerShape, model: ModelSpec, tp: int, sp: bool, dropout: bool) -> float:
+    """HBM bytes of a layer's forward elementwise kernels on one GPU.
+
+    Sequence-parallel regions (norms, residual adds) hold tokens / tp rows with SP and all
+    rows without (Korthikanti et al. 2022, Sec. 4.2.2). Per token: two norms read and
+    write h values (8h bytes); two residual adds read two and write one (12h, +2h of
+    dropout masks); rotary reads and writes Q and K (RoPE, Su et al. 2021); the activation
+    reads the FFN-up output and writes its result (GeLU 4F, SwiGLU 6F bytes per token).
+    """
+    norm_rows = sh.tokens / tp if sp else sh.tokens
+    h = sh.hidden
+    sp_region = norm_rows * (8 * h + 12 * h + (2 * h if dropout else 0))
+    rope = 4 * (sh.q_width + sh.kv_width) * sh.tokens if model.position_embedding == "rope" else 0
+    act = (6 if sh.gated else 4) * sh.ffn_width * sh.tokens
+    return float(sp_region + rope + act)
+
+
+def layer_times(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
+                tp: int, cp: int, sp: bool, micro_batch: int) -> LayerTimes:
+    """Times of one layer's forward and backward (without recompute) for one micro-batch."""
+    sh = layer_shape(model, seq_len, tp, cp, micro_batch)
+    parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts) for m, n, k in layer_gemms(sh)]
+    attn_fwd, attn_bwd = attention_core_s(sh, gpu, opts)
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    elem_fwd = elementwise_fwd_bytes(sh, model, tp, sp, opts.dropout) / hbm
+    return LayerTimes(
+        gemm_fwd_s=sum(p[0] for p in parts), gemm_dgrad_s=sum(p[1] for p in parts),
+        gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=parts[0][1] + parts[2][1],
+        column_wgrad_s=parts[0][2] + parts[2][2],
+        attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd,
+        elementwise_fwd_s=elem_fwd, elementwise_bwd_s=2.0 * elem_fwd)
+
+
+def head_times_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
+                 tp: int, cp: int, sp: bool, micro_batch: int) -> float:
+    """Final norm + LM head GEMMs (forward and backward) + vocab-parallel cross-entropy, seconds.
+
+    LM head: (M, V/tp, h) forward, dgrad and wgrad (Megatron vocab-parallel output layer).
+    Cross-entropy reads the BF16 logits and writes FP32 softmax forward, reads it and
+    writes BF16 gradients backward: 12 bytes per logit (Megatron theoretical memory
+    counts 2 + 4 + 4 bytes of loss buffers per logit).
+    """
+    tokens = micro_batch * seq_len // cp
+    vocab_local = math.ceil(model.vocab / tp)
+    fwd, dgrad, wgrad = gemm_fwd_bwd_s(tokens, vocab_local, model.hidden, gpu, opts)
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    norm_rows = tokens / tp if sp else tokens
+    elementwise = (12.0 * tokens * vocab_local + 3 * 4.0 * model.hidden * norm_rows) / hbm
+    return fwd + dgrad + wgrad + elementwise
+
+
+def embedding_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
+                tp: int, cp: int, micro_batch: int) -> float:
+    """Token-embedding lookup (write M x h) and its gradient scatter-add (read + write), seconds."""
+    tokens = micro_batch * seq_len // cp
+    return 3.0 * ACT_BYTES * tokens * model.hidden / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)

@@ -1,0 +1,128 @@
+"""Estimate one layout: step time, MFU/HFU, throughput, time and memory breakdowns, fit.
+
+Unit legend: `_s` seconds; `_bytes` bytes; `_flops` FLOPs; tokens are counts.
+FLOP convention (shared/DESIGN.md): model FLOPs = 6 N T + attention 12 S T (H dh) L
+(halved when training.causal_attention_flops); MFU counts model FLOPs only; HFU adds the
+recomputed forward work (full: 2 N_layers T + the attention forward; selective: the
+attention forward), per Korthikanti et al. 2022, Sec. 6 (MFU vs HFU).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from solver.cost.accounting import attention_flops_per_token, batch_plan
+from solver.cost.options import CostOptions, DEFAULT_OPTIONS
+from solver.cost.step import (
+    compose_memory, compose_step_time, memory_terms, time_terms, usable_memory_bytes,
+)
+from solver.cost.terms import CostContext, layers_on_rank
+from solver.errors import Problem, SpecError
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
+from topology.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class MemoryMargin:
+    """How far the memory total is from the usable limit (bytes; fraction of capacity)."""
+
+    capacity_bytes: float
+    usable_bytes: float
+    margin_fraction_reserved: float
+    headroom_bytes: float          # usable - total (negative: does not fit)
+    headroom_fraction: float       # headroom / capacity
+
+
+@dataclass(frozen=True)
+class LayoutEstimate:
+    """The cost model's prediction for one layout on one cluster."""
+
+    layout: dict
+    step_time_s: float
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    tokens_per_step: int
+    grad_accum: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    time_breakdown_s: dict[str, float]
+    memory_per_gpu_bytes: dict[str, float]
+    fits: bool
+    memory_margin: MemoryMargin
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        """Plain JSON-ready dict (the public `estimate` schema)."""
+        out = asdict(self)
+        out["notes"] = list(self.notes)
+        return out
+
+
+def make_context(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                 options: CostOptions | None = None) -> CostContext:
+    """The fixed part of a cost evaluation (reuse one per problem: term caches key on it)."""
+    return CostContext(model, cluster, training, options or DEFAULT_OPTIONS)
+
+
+def check_layout(ctx: CostContext, layout: LayoutSpec) -> None:
+    """Raise SpecError listing every reason the layout cannot run this model on this cluster."""
+    problems = [Problem(*p.split(": ", 1)) for p in check_layout_fits_model(ctx.model, ctx.training, layout)]
+    if layout.gpus > ctx.cluster.available_gpus:
+        problems.append(Problem("layout", f"needs {layout.gpus} GPUs (tp*pp*dp*cp); the cluster "
+                                          f"has {ctx.cluster.available_gpus} available"))
+    if problems:
+        raise SpecError("layout does not fit the model or cluster: " + "; ".join(map(str, problems)),
+                        problems)
+
+
+def model_flops_per_token(ctx: CostContext) -> float:
+    """6 N + attention per token (DESIGN.md convention; causal option halves attention)."""
+    attn = attention_flops_per_token(ctx.model, ctx.seq_len)
+    return 6.0 * ctx.params.total + (0.5 * attn if ctx.training.causal_attention_flops else attn)
+
+
+def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
+    """Forward work repeated in backward, per token (same attention convention as MFU)."""
+    attn_fwd = attention_flops_per_token(ctx.model, ctx.seq_len) / 3.0  # fwd = 1/3 of fwd+bwd
+    if ctx.training.causal_attention_flops:
+        attn_fwd *= 0.5
+    if recompute == "full":
+        return 2.0 * ctx.params.transformer_layers + attn_fwd
+    return attn_fwd if recompute == "selective" else 0.0
+
+
+def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimate:
+    """estimate_layout for a prepared context. Raises: SpecError."""
+    check_layout(ctx, layout)
+    batch = batch_plan(ctx.training, layout.dp, layout.micro_batch)
+    m = batch.grad_accum
+    st = compose_step_time(time_terms(ctx, layout, m),
+                           layers=layers_on_rank(ctx.model.layers, layout.pp, layout.vpp),
+                           pp=layout.pp, vpp=layout.vpp, grad_accum=m)
+    mem = compose_memory(memory_terms(ctx, layout, m))
+    peak = layout.gpus * ctx.cluster.gpu.peak_flops
+    model_flops = model_flops_per_token(ctx) * batch.tokens_per_step
+    hw_flops = model_flops + recompute_flops_per_token(ctx, layout.recompute) * batch.tokens_per_step
+    usable = usable_memory_bytes(ctx)
+    cap = ctx.cluster.gpu.memory_bytes
+    margin = MemoryMargin(cap, usable, ctx.options.memory_margin_fraction,
+                          usable - mem["total"], (usable - mem["total"]) / cap)
+    notes = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
+        f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
+    return LayoutEstimate(
+        layout=layout.model_dump(), step_time_s=st.step_time_s,
+        mfu=model_flops / (st.step_time_s * peak), hfu=hw_flops / (st.step_time_s * peak),
+        tokens_per_s=batch.tokens_per_step / st.step_time_s, tokens_per_step=batch.tokens_per_step,
+        grad_accum=m, model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
+        time_breakdown_s=st.breakdown_s, memory_per_gpu_bytes=mem,
+        fits=mem["total"] <= usable, memory_margin=margin, notes=notes)
+
+
+def estimate_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                    layout: LayoutSpec, options: CostOptions | None = None) -> LayoutEstimate:
+    """Predict step time, utilisation and per-GPU memory of one layout.
+
+    Raises: SpecError when the layout does not divide the model or needs more GPUs than
+    the cluster has available.
+    """
+    return estimate_with_context(make_context(model, cluster, training, options), layout)

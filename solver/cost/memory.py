@@ -1,0 +1,154 @@
+"""Per-GPU memory terms: model state, activations, logits, communication buffers, overhead.
+
+Unit legend: `_bytes` bytes; s = sequence length, b = micro-batch, h = hidden, a = heads,
+t = TP degree, L = layers, p = PP degree, v = virtual stages, F = FFN width.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", arXiv:2205.05198), Sec. 4: per layer sbh(34 + 5as/h) bytes (eq. 1:
+attention 11sbh + 5as^2b, MLP 19sbh, norms 4sbh); with TP sbh(10 + 24/t + 5as/(ht))
+(eq. 2); with TP + SP sbh/t (34 + 5as/h) (eq. 3); selective recompute drops the 5as^2b
+term (Sec. 5: 34 sbh/t); full recompute keeps only the layer input, 2sbh (/t with SP).
+The first pipeline stage holds p micro-batches of L/p layers (1F1B, Sec. 4.2.3), scaled by
+1 + (p-1)/(p v) for the interleaved schedule (Sec. 4.2.3; Megatron-LM
+theoretical_memory_usage.py). Extensions derived the same way (2 bytes per stored BF16
+value, 1 per dropout-mask value): GQA stores K and V of width K dh; SwiGLU stores both FFN
+up outputs (2 x 2sbF) and the product (2sbF); FlashAttention stores no s x s tensor, only
+the FP32 log-sum-exp (4 s b a) besides Q, K, V and the output; CP divides s by cp.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.cost.accounting import StateBytes, per_gpu_model_state_bytes
+from solver.cost.compute import ACT_BYTES
+from solver.cost.options import AttentionKernel
+from solver.cost.terms import CostContext, layers_on_rank
+from solver.specs import LayoutSpec, ModelSpec, Recompute
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one layer keeps for backward, for one micro-batch on one GPU, by part."""
+
+    norms: float          # inputs of the two norms (4sbh)
+    attention: float      # QKV input, Q, K, V, output-projection input, dropout mask
+    attention_core: float  # s x s softmax/dropout tensors (unfused) or log-sum-exp (flash)
+    mlp: float            # FFN input, activation input(s) and output, dropout mask
+
+    @property
+    def total(self) -> float:
+        return self.norms + self.attention + self.attention_core + self.mlp
+
+
+def layer_activation_parts(model: ModelSpec, seq_len: int, *, tp: int, cp: int, sp: bool,
+                           micro_batch: int, kernel: AttentionKernel, dropout: bool) -> LayerActivations:
+    """Stored activations of one layer without recompute (Korthikanti et al. 2022, Sec. 4.1-4.2).
+
+    `rep` is the share of the sequence-parallel regions kept per GPU: 1/t with SP, 1 without
+    (eq. 2 vs eq. 3). Tensor-parallel regions are split over t in both.
+    """
+    s, b, h = seq_len / cp, micro_batch, model.hidden
+    rep = 1.0 / tp if sp else 1.0
+    sbh = s * b * h
+    mask = sbh if dropout else 0.0
+    q_width = model.heads * model.head_dim / tp
+    kv_width = max(1, model.kv_heads // tp) * model.head_dim
+    heads = model.heads / tp
+    attention = (ACT_BYTES * sbh * rep + mask * rep                         # QKV input, out mask
+                 + ACT_BYTES * s * b * (2 * q_width + 2 * kv_width))       # Q, K, V, proj input
+    if kernel == "unfused":
+        core = (5.0 if dropout else 2.0) * heads * s * seq_len * b   # softmax (+mask, +dropout out)
+    else:
+        core = 4.0 * s * b * heads                                   # FP32 log-sum-exp
+    ffn = model.ffn_hidden / tp
+    mlp = (ACT_BYTES * sbh * rep + mask * rep                                # FFN input, mask
+           + ACT_BYTES * s * b * ffn * ((2 if model.ffn_gated else 1) + 1))  # act in(s) + out
+    return LayerActivations(norms=2 * ACT_BYTES * sbh * rep, attention=attention,
+                            attention_core=core, mlp=mlp)
+
+
+def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
+                           micro_batch: int) -> float:
+    """Bytes one layer keeps for backward for one micro-batch under a recompute level.
+
+    none: everything (eq. 1-3); selective: all but the attention core (Sec. 5, 34sbh/t with
+    SP); full: the layer input only, 2sbh (/t with SP) (Sec. 5 / Chen et al. 2016).
+    """
+    if recompute == "full":
+        rep = 1.0 / tp if sp else 1.0
+        return ACT_BYTES * ctx.seq_len / cp * micro_batch * ctx.model.hidden * rep
+    parts = layer_activation_parts(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch,
+                                   kernel=ctx.options.attention_kernel, dropout=ctx.options.dropout)
+    return parts.total - (parts.attention_core if recompute == "selective" else 0.0)
+
+
+def in_flight_microbatches(pp: int, vpp: int, grad_accum: int) -> float:
+    """Micro-batches whose activations the first stage holds at its peak (in units of a
+    whole stage's L/p layers): 1F1B min(p, m); interleaved p (1 + (p-1)/(p v))
+    (Korthikanti et al. 2022, Sec. 4.2.3; Narayanan et al. 2021, Sec. 2.2.1)."""
+    if pp == 1:
+        return 1.0
+    if vpp == 1:
+        return float(min(pp, grad_accum))
+    return min(pp, grad_accum) * (1.0 + (pp - 1) / (pp * vpp))
+
+
+def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
+                     micro_batch: int, pp: int, vpp: int, grad_accum: int) -> float:
+    """Peak activation bytes on the first pipeline stage (the most loaded one).
+
+    Layers on the rank x in-flight micro-batches x per-layer bytes, plus the embedding's
+    stored values (8 s b bytes of token ids and a dropout mask sbh/t per micro-batch;
+    Korthikanti Sec. 4.3, Megatron theoretical_memory_usage.py). Full recompute also holds
+    one layer's full activations while that layer is recomputed.
+    """
+    per_layer = layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
+                                       micro_batch=micro_batch)
+    layers = layers_on_rank(ctx.model.layers, pp, vpp)  # about L/p on the first rank
+    flight = in_flight_microbatches(pp, vpp, grad_accum)
+    s_b = ctx.seq_len / cp * micro_batch
+    embed = 8 * s_b + (s_b * ctx.model.hidden / (tp if sp else 1) if ctx.options.dropout else 0.0)
+    total = per_layer * layers * flight + embed * flight
+    if recompute == "full":
+        total += layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
+    return total
+
+
+def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """LM-head input and loss buffers of one micro-batch on the last stage.
+
+    2sbh input to the output layer plus s b V/t logits as BF16 + FP32 softmax + FP32
+    gradient, 10 bytes each (Megatron theoretical_memory_usage.py; Korthikanti Sec. 4.3
+    counts 4sbh(1 + V/h)/t). Added for every pp: exact for pp = 1, an upper bound on the
+    first and last stages for pp > 1.
+    """
+    s_b = ctx.seq_len / cp * micro_batch
+    return ACT_BYTES * s_b * ctx.model.hidden + 10.0 * s_b * ctx.model.vocab / tp
+
+
+def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: int) -> StateBytes:
+    """Weights, gradients, optimizer state per GPU (accounting.per_gpu_model_state_bytes)."""
+    layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=zero)
+    return per_gpu_model_state_bytes(ctx.params.total, ctx.training.precision, layout)
+
+
+def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, sp: bool,
+                      zero: int, micro_batch: int) -> float:
+    """Communication buffers per GPU, bytes.
+
+    DP: two gradient buckets in flight (Megatron DDP); SP: the all-gathered layer input
+    (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t);
+    ZeRO-3: two layers of gathered weights (prefetch, FSDP).
+    """
+    rec = ctx.training.precision
+    s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
+    out = 0.0
+    if dp * cp > 1:
+        out += 2 * ctx.options.dp_bucket_elements * rec.grad_bytes
+    if sp:
+        out += ACT_BYTES * s_b_h
+    if pp > 1:
+        out += 4 * ACT_BYTES * s_b_h / tp
+    if zero == 3:
+        out += 2 * ctx.params.per_layer / tp * rec.weight_bytes
+    return out

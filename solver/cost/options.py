@@ -1,0 +1,82 @@
+"""The cost model's constants: few, physical, documented, and the same for every case.
+
+Unit legend: `_fraction` is a dimensionless share of a hardware peak; `_bytes` bytes;
+`_elements` counts of values; `_s` seconds.
+
+Each default below carries its basis. The four efficiency fractions (GEMM, attention,
+HBM, DP overlap) were fitted once on shared/calibration/runs.jsonl (see
+benchmarks/accuracy.py) within the physically plausible ranges quoted beside them; no
+constant depends on a case, a source or a GPU name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from solver.errors import SpecError
+
+AttentionKernel = Literal["flash", "unfused"]
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """Constants of the step-time and memory model (defaults are the calibrated values)."""
+
+    # --- compute -------------------------------------------------------------------------
+    gemm_peak_fraction: float = 0.81
+    """Achievable share of dense BF16 peak for a large, well-shaped GEMM. cuBLAS reaches
+    about 80-90% of peak on A100/H100 for large square BF16 GEMMs (NVIDIA "Matrix
+    Multiplication Background" user guide, figures for A100; H100 similar)."""
+    gemm_tile_m: int = 128
+    gemm_tile_n: int = 128
+    """Output tile of the GEMM kernels (tile quantization: each dimension is padded to a
+    whole number of tiles; NVIDIA Matrix Multiplication Background guide, "Tile
+    Quantization"). 128x128 is the common cuBLAS/CUTLASS BF16 tile on A100 and H100."""
+    gemm_concurrent_tiles: int = 132
+    """Tiles computed concurrently in one wave (one per SM; H100 SXM has 132 SMs, A100 108).
+    Used for wave quantization (same guide, "Wave Quantization"). One value for all GPUs:
+    it only matters for GEMMs of a few waves."""
+    attention_peak_fraction: float = 0.55
+    """Achievable share of peak for the fused attention core (FlashAttention-2 reaches
+    50-73% of A100 peak forward and less backward; Dao 2023, Sec. 4.1 and Fig. 4-7)."""
+    attention_kernel: AttentionKernel = "flash"
+    """Attention kernel: 'flash' (fused, no S x S tensors stored; Dao et al. 2022) or
+    'unfused' (Megatron softmax/dropout path that stores S x S scores; Korthikanti eq. 1)."""
+    hbm_fraction: float = 0.75
+    """Achievable share of HBM bandwidth for memory-bound elementwise kernels (norms,
+    activations, rotary, residual adds, optimizer). STREAM-like kernels reach 75-90% of
+    the nominal HBM bandwidth on A100/H100."""
+    dropout: bool = False
+    """Hidden/attention dropout is on (adds 1-byte masks to activations and mask traffic).
+    Default off (Llama-style recipes); Korthikanti's equations assume it on."""
+
+    # --- communication -------------------------------------------------------------------
+    dp_bucket_elements: int = 40_000_000
+    """Gradient bucket size for bucketed DP reduction (Megatron-LM DDP default bucket of
+    40M elements); each bucket pays the collective's latency term."""
+    dp_overlap_fraction: float = 0.5
+    """Share of the DP collective traffic hidden under backward/forward compute (bucketed
+    overlap; Li et al. 2020 PyTorch DDP Sec. 3.2.3). The last bucket is always exposed."""
+
+    # --- memory --------------------------------------------------------------------------
+    framework_overhead_bytes: float = 3.0e9
+    """CUDA context, NCCL communicator buffers, cuBLAS/attention workspaces per GPU (CUDA
+    context ~0.5-1 GB; NCCL ~0.2-0.5 GB per communicator; workspaces ~0.5 GB)."""
+    memory_margin_fraction: float = 0.10
+    """Share of GPU memory kept free for allocator fragmentation and transient peaks.
+    Basis: ZeRO (Rajbhandari et al. 2020, Sec. 3.2 and 6.3) reports fragmentation leaving
+    over 30% of memory unusable in extreme cases; PyTorch's caching allocator typically
+    reserves 5-15% above allocated. `fits` requires total <= (1 - margin) x capacity."""
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "hbm_fraction"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise SpecError(f"options.{name}: must be in (0, 1], got {value}")
+        if not 0 <= self.dp_overlap_fraction <= 1:
+            raise SpecError("options.dp_overlap_fraction: must be in [0, 1]")
+        if not 0 <= self.memory_margin_fraction < 1:
+            raise SpecError("options.memory_margin_fraction: must be in [0, 1)")
+
+
+DEFAULT_OPTIONS = CostOptions()

@@ -1,0 +1,214 @@
+"""Step-time terms: each a function of the few layout scalars it depends on.
+
+Unit legend: `_s` seconds; `_bytes` bytes; per-micro-batch terms are for one micro-batch
+on one GPU. Every term takes a CostContext (model, cluster, training, options: fixed for
+a search) plus keyword scalars; see solver/cost/step.py for the dependency table and the
+composition. Results are cached per argument tuple (pure functions).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from solver.cost import compute as C
+from solver.cost.accounting import ParameterCounts, parameter_counts
+from solver.cost.communication import (
+    allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
+)
+from solver.cost.options import DEFAULT_OPTIONS, CostOptions
+from solver.specs import ModelSpec, Recompute, TrainingSpec
+from topology.groups import GroupLink, group_links
+from topology.spec import ClusterSpec
+
+
+@dataclass(frozen=True, eq=False)
+class CostContext:
+    """What is fixed while layouts vary: model, cluster, training recipe, constants.
+
+    Hashed by identity (term caches key on it); build one per problem with make_context.
+    """
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    options: CostOptions = DEFAULT_OPTIONS
+
+    @cached_property
+    def params(self) -> ParameterCounts:
+        return parameter_counts(self.model, self.training.seq_len)
+
+    @property
+    def seq_len(self) -> int:
+        return self.training.seq_len
+
+
+def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp: int = 1) -> GroupLink:
+    """The GroupLink of one group kind, from topology.groups.group_links.
+
+    Each term passes only the degrees that place its group (Megatron order TP, CP, DP, PP:
+    a group's ranks depend on its own size and the sizes of the faster dimensions).
+    """
+    return group_links(ctx.cluster, tp, cp, dp, pp)[kind]
+
+
+@lru_cache(maxsize=65536)
+def _layer(ctx: CostContext, tp: int, cp: int, sp: bool, micro_batch: int) -> C.LayerTimes:
+    return C.layer_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp, cp, sp, micro_batch)
+
+
+def _activation_msg_bytes(ctx: CostContext, cp: int, micro_batch: int) -> float:
+    """One layer's full activation (micro_batch x seq/cp x hidden, BF16): the TP collective buffer."""
+    return C.ACT_BYTES * micro_batch * ctx.seq_len / cp * ctx.model.hidden
+
+
+def layer_compute_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
+                    micro_batch: int) -> float:
+    """One layer, one micro-batch: forward + backward (2x forward GEMMs) + recompute, seconds."""
+    lt = _layer(ctx, tp, cp, sp, micro_batch)
+    return lt.forward_s + lt.backward_s + lt.recompute_s(recompute)
+
+
+def layer_tp_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
+                    micro_batch: int) -> float:
+    """Exposed TP collective time of one layer for one micro-batch, seconds.
+
+    Without SP: forward 2 all-reduces (attention output, FFN down; Shoeybi et al. 2019,
+    Fig. 3 'g'), backward 2 all-reduces ('f') overlapped with the weight-gradient GEMMs
+    of QKV and FFN-up (Megatron async TP all-reduce). With SP (Korthikanti et al. 2022,
+    Sec. 4.2.2): forward 2 all-gathers + 2 reduce-scatters; backward 2 all-gathers before
+    the row-parallel GEMMs (exposed), 2 reduce-scatters and 2 input re-gathers overlapped
+    with the column-parallel GEMMs. Full recompute repeats the forward collectives.
+    """
+    if tp == 1:
+        return 0.0
+    lk = link(ctx, "tp", tp=tp)
+    msg = _activation_msg_bytes(ctx, cp, micro_batch)
+    lt = _layer(ctx, tp, cp, sp, micro_batch)
+    if sp:
+        ag, rs = allgather_s(msg, lk), reduce_scatter_s(msg, lk)
+        fwd = 2 * (ag + rs)
+        bwd = 2 * ag + max(0.0, 2 * (rs + ag) - (lt.column_dgrad_s + lt.column_wgrad_s))
+    else:
+        ar = allreduce_s(msg, lk)
+        fwd = 2 * ar
+        bwd = max(0.0, 2 * ar - lt.column_wgrad_s)
+    return fwd + bwd + (fwd if recompute == "full" else 0.0)
+
+
+def layer_cp_comm_s(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute,
+                    micro_batch: int) -> float:
+    """Exposed context-parallel ring time of one layer for one micro-batch, seconds.
+
+    Ring attention (Liu et al. 2023; Megatron/TE context parallelism): each of cp-1 steps
+    passes this rank's K and V block (micro_batch x seq/cp x K dh/tp, BF16) to the next
+    rank while attention runs on the current block. Backward passes K, V and their
+    gradients (2x). Exposed = communication beyond the attention compute it overlaps.
+    """
+    if cp == 1:
+        return 0.0
+    lk = link(ctx, "cp", tp=tp, cp=cp)
+    sh = C.layer_shape(ctx.model, ctx.seq_len, tp, cp, micro_batch)
+    step_bytes = 2 * C.ACT_BYTES * sh.tokens * sh.kv_width
+    fwd = (cp - 1) * p2p_s(step_bytes, lk.bandwidth_gb_s, lk.latency_s)
+    lt = _layer(ctx, tp, cp, False, micro_batch)
+    exposed_fwd = max(0.0, fwd - lt.attn_fwd_s)
+    exposed_bwd = max(0.0, 2 * fwd - lt.attn_bwd_s)
+    return exposed_fwd + exposed_bwd + (exposed_fwd if recompute != "none" else 0.0)
+
+
+def p2p_per_microbatch_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, vpp: int,
+                         micro_batch: int) -> float:
+    """Pipeline send/receive time per micro-batch on one rank, seconds.
+
+    Each micro-batch crosses a rank's chunk boundaries vpp times forward and vpp times
+    backward; each crossing sends micro_batch x seq/cp x hidden BF16 values split over the
+    TP ranks (scatter/gather optimization, Narayanan et al. 2021, Sec. 4.1).
+    """
+    if pp == 1:
+        return 0.0
+    lk = link(ctx, "pp", tp=tp, cp=cp, dp=dp, pp=pp)
+    msg = _activation_msg_bytes(ctx, cp, micro_batch) / tp
+    return 2 * vpp * p2p_s(msg, lk.bandwidth_gb_s, lk.latency_s)
+
+
+def head_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int, pp: int) -> float:
+    """Extra work of the heaviest pipeline stage per micro-batch, seconds.
+
+    The last stage runs the final norm, LM head and cross-entropy (forward and backward)
+    plus the TP collective around the LM head (all-gather fwd + reduce-scatter bwd with SP,
+    an all-reduce bwd without). With pp = 1 the same rank also runs the token embedding.
+    """
+    gpu, o = ctx.cluster.gpu, ctx.options
+    t = C.head_times_s(ctx.model, ctx.seq_len, gpu, o, tp, cp, sp, micro_batch)
+    if tp > 1:
+        lk, msg = link(ctx, "tp", tp=tp), _activation_msg_bytes(ctx, cp, micro_batch)
+        t += allgather_s(msg, lk) + reduce_scatter_s(msg, lk) if sp else allreduce_s(msg, lk)
+    if pp == 1:
+        t += C.embedding_s(ctx.model, ctx.seq_len, gpu, o, tp, cp, micro_batch)
+    return t
+
+
+def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int) -> GroupLink:
+    """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron)."""
+    lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp)
+    if cp > 1:
+        lk = dataclasses.replace(lk, size=dp * cp)
+    return lk
+
+
+def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
+              grad_accum: int) -> tuple[float, float]:
+    """(total, last-bucket) seconds of one step's data-parallel traffic on one GPU.
+
+    ZeRO-0: bucketed gradient all-reduce. ZeRO-1/2: gradient reduce-scatter + parameter
+    all-gather (Rajbhandari et al. 2020, Sec. 7; Megatron distributed optimizer).
+    ZeRO-3: per micro-batch parameter all-gather for forward and again for backward plus
+    gradient reduce-scatter (Rajbhandari et al. 2020, Sec. 7.2.2; FSDP).
+    """
+    lk = _dp_link(ctx, tp, cp, dp)
+    if lk.size <= 1:
+        return 0.0, 0.0
+    rec = ctx.training.precision
+    local = ctx.params.total / (tp * pp)
+    grads, weights = local * rec.grad_bytes, local * rec.weight_bytes
+    gb, wb = ctx.options.dp_bucket_elements * rec.grad_bytes, ctx.options.dp_bucket_elements * rec.weight_bytes
+    if zero == 0:
+        return bucketed_s(grads, gb, lk, allreduce_s)
+    rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
+    ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
+    if zero in (1, 2):
+        return rs + ag, rs_last + ag_last
+    return grad_accum * (rs + 2 * ag), rs_last + ag_last
+
+
+def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
+                 grad_accum: int) -> float:
+    """Exposed DP time per step: (1 - overlap) of the bucketed traffic + the last bucket.
+
+    Bucketed reduction overlaps backward (Li et al. 2020, PyTorch DDP, Sec. 3.2.3); the
+    parameter all-gather overlaps the next forward. The last bucket waits for the end of
+    backward and is always exposed.
+    """
+    total, last = dp_comm_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=zero, grad_accum=grad_accum)
+    return (1.0 - ctx.options.dp_overlap_fraction) * (total - last) + last
+
+
+def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int) -> float:
+    """Optimizer step over the local shard, memory-bound, seconds.
+
+    Adam (Kingma & Ba 2015) reads the gradient twice (norm for clipping, update), reads
+    and writes the optimizer state (moments, FP32 master if kept) and the working weights.
+    ZeRO >= 1 shards this over the DP x CP group (Rajbhandari et al. 2020, Sec. 5.1).
+    """
+    rec = ctx.training.precision
+    local = ctx.params.total / (tp * pp)
+    shard = local / (dp * cp if zero >= 1 else 1)
+    per_param = 2 * rec.grad_bytes + 2 * rec.optimizer_bytes_per_param + 2 * rec.weight_bytes
+    return shard * per_param / (ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction)
+
+
+def layers_on_rank(layers: int, pp: int, vpp: int) -> int:
+    """Transformer layers on the most loaded pipeline rank: ceil(L / (pp vpp)) x vpp."""
+    return math.ceil(layers / (pp * vpp)) * vpp
