@@ -1,0 +1,107 @@
+"""The report page parsed with html.parser: tables, SVG bars, the capacity line, escaping."""
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from service.report_html import memory_components, render_report, time_components
+
+SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
+
+
+class Page(HTMLParser):
+    """Collects tables, and per SVG chart (by class) its bar rects and lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: dict[str, dict[str, list[dict]]] = {}
+        self.tables: list[str] = []
+        self.scripts = 0
+        self._chart: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg":
+            self._chart = a.get("class", "").split()[-1]
+            self.charts[self._chart] = {"bars": [], "lines": []}
+        elif tag == "rect" and self._chart and "bar" in a.get("class", "").split():
+            self.charts[self._chart]["bars"].append(a)
+        elif tag == "line" and self._chart:
+            self.charts[self._chart]["lines"].append(a)
+        elif tag == "table":
+            self.tables.append(a.get("class", ""))
+        elif tag == "script":
+            self.scripts += 1
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._chart = None
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+ROWS = [  # two layouts, renderer input (numbers chosen for an exact check of bar geometry)
+    {"layout": {"tp": 8, "pp": 1, "dp": 64, "cp": 1, "vpp": 1, "zero_stage": 1, "micro_batch": 1,
+                "recompute": "selective"},
+     "memory_per_gpu_bytes": {"weights": 20e9, "gradients": 20e9, "optimizer": 10e9,
+                              "activations": 30e9, "model_state": 50e9, "total": 80e9},
+     "time_breakdown_s": {"compute": 4.0, "tp_comm": 1.0, "dp_exposed": 0.5, "total": 5.5}},
+    {"layout": {"tp": 4, "pp": 2, "dp": 64, "cp": 1, "vpp": 2, "zero_stage": 3, "micro_batch": 2,
+                "recompute": "full"},
+     "memory_per_gpu_bytes": {"weights": 1e9, "activations": 20e9, "total": 21e9},
+     "time_breakdown_s": {"compute": 6.0, "bubble": 0.0}},
+]
+
+
+def test_memory_chart_bars_and_capacity_line():
+    html = render_report({"layouts": []}, {"layouts": ROWS, "capacity_bytes": 80e9,
+                                          "model": "m", "cluster": "c"}, "abc")
+    page = parse(html)
+    mem = page.charts["memory-chart"]
+    # model_state is the sum of weights+gradients+optimizer, so it is not stacked again
+    assert len(mem["bars"]) == 4 + 2
+    assert sorted({b["data-component"] for b in mem["bars"]}) == \
+        ["activations", "gradients", "optimizer", "weights"]
+    capacity = [ln for ln in mem["lines"] if "capacity-line" in ln.get("class", "")]
+    assert len(capacity) == 1 and float(capacity[0]["data-bytes"]) == 80e9
+    # layout 1 totals exactly the capacity: its top bar edge sits on the capacity line
+    top = min(float(b["y"]) for b in mem["bars"] if b["data-layout"] == "0")
+    assert abs(top - float(capacity[0]["y1"])) < 0.2
+    t = page.charts["time-chart"]
+    assert len(t["bars"]) == 3 + 1  # zero-length 'bubble' and 'total' are not drawn
+    assert page.scripts == 0
+
+
+def test_component_filters():
+    assert set(memory_components({"model_state": 5, "total": 9, "activations": 4})) == \
+        {"model_state", "activations"}
+    assert set(time_components({"a": 1, "total": 1, "b": -1, "c": None})) == {"a"}
+
+
+def test_values_are_escaped():
+    rows = [dict(ROWS[0], memory_per_gpu_bytes={"<b>x</b>": 1e9})]
+    html = render_report({"layouts": [], "validation_stages": ["<script>alert(1)</script>"]},
+                         {"layouts": rows, "capacity_bytes": 80e9, "model": "<script>m</script>",
+                          "cluster": "c"}, "id")
+    assert "<script>" not in html and parse(html).scripts == 0
+
+
+def test_stored_plan_report_page(client):
+    created = client.post("/v1/plans", json=SEED)
+    assert created.status_code == 201, created.text
+    plan = created.json()
+    page = parse(client.get(plan["links"]["report"]).text)
+    assert {"summary", "layouts"} <= set(page.tables)
+    mem = page.charts["memory-chart"]
+    shown = min(6, len(plan["layouts"]))
+    assert {b["data-layout"] for b in mem["bars"]} == {str(i) for i in range(shown)}
+    capacity = [ln for ln in mem["lines"] if "capacity-line" in ln.get("class", "")]
+    assert float(capacity[0]["data-bytes"]) == 80e9  # seed GPU: 80 GB
+    for i in range(shown):  # every charted layout fits: its stack stays under the line
+        total = sum(float(b["data-bytes"]) for b in mem["bars"] if b["data-layout"] == str(i))
+        assert 0 < total <= 80e9
+    assert "time-chart" in page.charts

@@ -1,0 +1,154 @@
+"""Every route's success path and its service-level error paths (404, 401, 413, 503)."""
+from __future__ import annotations
+
+import pytest
+
+from service.routers.schemas import SEED_CLUSTER, SEED_LAYOUT, SEED_MODEL, SEED_TRAINING
+from service.settings import Settings
+from tests.service.conftest import problems
+
+SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_reports_each_check(client):
+    r = client.get("/readyz")
+    body = r.json()
+    assert body["checks"]["store"] is True
+    assert r.status_code == (200 if all(body["checks"].values()) else 503)
+
+
+def test_readyz_is_503_when_store_is_down(client, monkeypatch):
+    monkeypatch.setattr(client.app.state.store, "ping", lambda: False)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["checks"]["store"] is False
+
+
+def test_presets_lists_every_kind(client):
+    body = client.get("/v1/presets").json()
+    assert "seed-70b" in body["models"] and "seed-512" in body["clusters"]
+    assert "seed-300b" in body["training"] and "seed-gpu" in body["gpus"]
+
+
+def test_estimate_seed_layout(client):
+    """Seed plan, "Choose a first layout": TP8 + ZeRO-1 model state about 36.1 GB per GPU
+    (17.5 + 17.5 + 1.1 GB with the exact 69.5B parameters: 35.84 GB), 0.77 s grad-sync bound."""
+    r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    state = body["memory_per_gpu_bytes"]["model_state"]
+    assert state == pytest.approx(35.84e9, rel=0.01)
+    assert body["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.77, rel=0.02)
+    assert body["batch"]["tokens_per_step"] == 4_194_304
+
+
+def test_estimate_inline_objects_equal_presets(client):
+    inline = client.post("/v1/estimate", json={"model": SEED_MODEL, "cluster": SEED_CLUSTER,
+                                               "training": SEED_TRAINING, "layout": SEED_LAYOUT})
+    preset = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    assert inline.status_code == preset.status_code == 200
+    assert inline.json()["memory_per_gpu_bytes"] == preset.json()["memory_per_gpu_bytes"]
+
+
+def test_cluster_gpu_may_name_a_gpu_preset(client):
+    cluster = {**SEED_CLUSTER, "gpu": "seed-gpu", "unavailable_nodes": [0, 5]}
+    r = client.post("/v1/estimate", json={**SEED, "cluster": cluster,
+                                          "layout": {**SEED_LAYOUT, "dp": 62}})
+    assert r.status_code == 200, r.text
+
+
+def test_plan_create_get_and_report(client):
+    r = client.post("/v1/plans", json=SEED)
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert r.headers["location"] == f"/v1/plans/{plan['id']}"
+    for key in ("parameters", "memory", "flops", "time", "batch", "layouts", "communication"):
+        assert key in plan
+    again = client.get(f"/v1/plans/{plan['id']}")
+    assert again.status_code == 200
+    assert {k: v for k, v in again.json().items() if k != "limits"} == \
+        {k: v for k, v in plan.items() if k != "limits"}
+    page = client.get(plan["links"]["report"])
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<svg" in page.text
+
+
+def test_plan_time_limit_is_capped(client):
+    r = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 999, "top_k": 2}})
+    assert r.status_code == 201, r.text
+    assert r.json()["limits"] == {"time_limit_s": 5.0, "time_limit_cap_s": 5.0, "time_limit_capped": True}
+
+
+@pytest.mark.parametrize("path", ("/v1/plans/0123456789abcdef0123456789abcdef",
+                                  "/v1/plans/not-an-id/report", "/v1/plans/%2e%2e"))
+def test_unknown_plan_id_is_404(client, path):
+    r = client.get(path)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+
+
+def test_bearer_token(make_client):
+    client = make_client(api_token="s3cret")
+    assert client.get("/healthz").status_code == 200          # probes stay open
+    r = client.get("/v1/presets")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert client.get("/v1/presets", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = client.get("/v1/presets", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+
+
+def test_body_size_limit(make_client):
+    client = make_client(max_body_bytes=2048)
+    big = {**SEED, "model": {**SEED_MODEL, "name": "x" * 4000}}
+    r = client.post("/v1/estimate", json={**big, "layout": SEED_LAYOUT})
+    assert r.status_code == 413 and problems(r) == {"body": "too large"}
+
+
+def test_body_size_limit_without_content_length(make_client):
+    client = make_client(max_body_bytes=2048)
+
+    def chunks():
+        yield b'{"model": "' + b"x" * 1500
+        yield b"y" * 1500 + b'"}'
+
+    r = client.post("/v1/estimate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_saturated_is_503(make_client):
+    """With every solve slot held, a request waits queue_wait_s and then gets a 503."""
+    client = make_client(max_concurrent_solves=1, queue_wait_s=0.05)
+    slots = client.app.state.slots
+    with slots.hold():
+        r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    assert r.status_code == 503 and r.json()["error"]["type"] == "saturated"
+    assert r.headers["retry-after"] == "1"
+    assert client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).status_code == 200
+
+
+def test_openapi_docs_and_examples(client):
+    assert client.get("/docs").status_code == 200
+    spec = client.get("/openapi.json").json()
+    for path in ("/v1/plans", "/v1/plans/{plan_id}", "/v1/plans/{plan_id}/report", "/v1/layouts",
+                 "/v1/estimate", "/v1/presets", "/healthz", "/readyz"):
+        assert path in spec["paths"], path
+    schemas = spec["components"]["schemas"]
+    assert schemas["PlanIn"]["examples"][0]["model"] == "seed-70b"
+    assert schemas["EstimateIn"]["examples"][0]["layout"] == SEED_LAYOUT
+
+
+def test_settings_from_env():
+    s = Settings.from_env({"TRAINPLAN_API_TOKEN": "t", "TRAINPLAN_MAX_TIME_LIMIT_S": "7.5",
+                           "TRAINPLAN_DATABASE_URL": "sqlite:///x.db", "UNRELATED": "1"})
+    assert (s.api_token, s.max_time_limit_s, s.database_url) == ("t", 7.5, "sqlite:///x.db")
+    with pytest.raises(Exception):
+        Settings.from_env({"TRAINPLAN_MAX_BODY_BYTES": "ten"})
+
+
+def test_serve_command_parses():
+    from service.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--host", "0.0.0.0", "--port", "9000"])
+    assert (args.host, args.port) == ("0.0.0.0", 9000) and callable(args.run)

@@ -1,0 +1,27 @@
+"""A headless-Chromium screenshot of a report page (skipped where Chromium is not installed)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="no /usr/bin/chromium here")
+def test_report_screenshot(client, tmp_path: Path):
+    created = client.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512"})
+    assert created.status_code == 201, created.text
+    page = tmp_path / "report.html"
+    page.write_text(client.get(created.json()["links"]["report"]).text)
+    shot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-extensions", "--no-first-run",
+                    "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1200,2000",
+                    f"--screenshot={shot}", page.as_uri()],
+                   check=True, timeout=60, capture_output=True)
+    data = shot.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 10_000  # a blank page compresses far smaller

@@ -1,0 +1,52 @@
+"""The real server: uvicorn on a loopback ephemeral port, spoken to over HTTP with httpx."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from service.app import create_app
+from service.settings import Settings
+
+
+@pytest.fixture
+def live_server(db_url):
+    """(base_url, server) of a uvicorn serving the app on 127.0.0.1:<ephemeral>."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(Settings(database_url=db_url, max_body_bytes=4096))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}", server
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+def test_real_http_round_trip(live_server):
+    base, _ = live_server
+    with httpx.Client(base_url=base, timeout=30, trust_env=False) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        created = http.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512"})
+        assert created.status_code == 201, created.text
+        plan_id = created.json()["id"]
+        assert http.get(f"/v1/plans/{plan_id}").json()["id"] == plan_id
+        page = http.get(f"/v1/plans/{plan_id}/report")
+        assert page.headers["content-type"].startswith("text/html") and "<svg" in page.text
+        bad = http.post("/v1/estimate", content=b"{nope", headers={"content-type": "application/json"})
+        assert bad.status_code == 422 and bad.json()["error"]["problems"][0]["field"] == "body"
+        big = http.post("/v1/estimate", content=b"x" * 10_000, headers={"content-type": "application/json"})
+        assert big.status_code == 413
+        assert http.get("/v1/plans/" + "0" * 32).status_code == 404
