@@ -7,6 +7,7 @@ from the plan is escaped.
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 from typing import Any
 
@@ -57,6 +58,12 @@ def time_components(breakdown: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in breakdown.items() if k not in ("total", "step") and (_num(v) or 0) > 0}
 
 
+def _nice_step(raw: float) -> float:
+    """A 1-2-5 step at least `raw` (axis ticks)."""
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
 def _colors(keys: list[str]) -> dict[str, str]:
     return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
 
@@ -82,6 +89,14 @@ def memory_chart(rows: list[dict[str, Any]], capacity_bytes: float) -> str:
     svg = [f'<svg class="chart memory-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" '
            f'height="{h}" role="img" aria-label="per-GPU memory by component">',
            f'<line class="axis" x1="{left}" y1="{base}" x2="{w - 10}" y2="{base}" stroke="#333"/>']
+    step_gb = _nice_step(top / 1e9 / 5)
+    tick = step_gb
+    while tick * 1e9 < top:
+        ty = base - tick * 1e9 / top * plot_h
+        svg.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{w - 10}" y2="{ty:.1f}" '
+                   f'stroke="#eee"/><text x="{left - 4}" y="{ty + 4:.1f}" font-size="10" '
+                   f'text-anchor="end">{tick:g}</text>')
+        tick += step_gb
     for i, p in enumerate(parts):
         x = left + 20 + i * (480 / max(1, len(rows)))
         y = base
@@ -92,7 +107,8 @@ def memory_chart(rows: list[dict[str, Any]], capacity_bytes: float) -> str:
                        f'data-bytes="{value:.0f}" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
                        f'height="{bh:.1f}" fill="{colors[key]}"><title>{escape(key)}: '
                        f'{value / 1e9:.2f} GB</title></rect>')
-        svg.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">#{i + 1}</text>')
+        svg.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">#{i + 1}</text>'
+                   f'<text x="{x:.1f}" y="{y - 3:.1f}" font-size="10">{sum(p.values()) / 1e9:.1f}</text>')
     cap_y = base - capacity_bytes / top * plot_h
     svg.append(f'<line class="capacity-line" data-bytes="{capacity_bytes:.0f}" x1="{left}" '
                f'y1="{cap_y:.1f}" x2="{w - 10}" y2="{cap_y:.1f}" stroke="#c00" stroke-dasharray="6 4"/>')
@@ -126,6 +142,7 @@ def time_chart(rows: list[dict[str, Any]]) -> str:
                        f'height="{row_h - 6}" fill="{colors[key]}"><title>{escape(key)}: '
                        f'{value:.4g} s</title></rect>')
             x += bw
+        svg.append(f'<text x="{x + 4:.1f}" y="{y + 14}" font-size="10">{sum(p.values()):.3g} s</text>')
     svg += _legend(colors, left, 40 + row_h * len(rows))
     svg.append("</svg>")
     return "".join(svg)
@@ -144,9 +161,16 @@ SUMMARY = (("Parameters", "parameters.total"), ("Model state, bytes", "memory.mo
            ("DP grad-sync lower bound, s", "communication.dp_grad_sync_lower_bound_s"))
 
 
-def _layout_rows(plan: dict[str, Any]) -> list[list[Any]]:
+def _layout_rows(plan: dict[str, Any], charted: list[dict[str, Any]]) -> list[list[Any]]:
+    """Plan layouts; the cost model's numbers of the charted ones fill what the plan lacks."""
     rows = []
     for i, entry in enumerate(plan.get("layouts") or []):
+        if i < len(charted):
+            entry = {**charted[i], **{k: v for k, v in entry.items() if v is not None},
+                     "memory_per_gpu_bytes": charted[i].get("memory_per_gpu_bytes")
+                     or entry.get("memory_per_gpu_bytes")}
+            entry = {**entry, "step_time_s": entry.get("step_time_s", charted[i].get("step_time_s")),
+                     "mfu": entry.get("mfu", charted[i].get("mfu"))}
         total = _dig(entry, "memory_per_gpu_bytes.total")
         rows.append([i + 1] + [entry.get(c) for c in LAYOUT_COLUMNS]
                     + [entry.get("step_time_s"), entry.get("mfu"),
@@ -154,15 +178,27 @@ def _layout_rows(plan: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _item(item: Any) -> str:
+    """One list entry: a string, or an object shown as its name, its checks, then the rest."""
+    if not isinstance(item, dict):
+        return escape(item if isinstance(item, str) else json.dumps(item))
+    name = item.get("name") or item.get("check") or item.get("title")
+    out = f"<strong>{escape(str(name))}</strong>" if name else ""
+    checks = item.get("checks")
+    if isinstance(checks, list):
+        out += "<ul>" + "".join(f"<li>{escape(str(c))}</li>" for c in checks) + "</ul>"
+    rest = {k: v for k, v in item.items() if v not in (None, [], {}) and k not in
+            ("name", "check", "title", "checks")}
+    if rest:
+        out += f"<pre>{escape(json.dumps(rest, indent=1))}</pre>"
+    return out
+
+
 def _list_section(title: str, items: Any) -> str:
     if not items:
         return ""
-    lis = []
-    for item in items if isinstance(items, list) else [items]:
-        text = item if isinstance(item, str) else json.dumps(item, indent=1)
-        lis.append(f"<li><pre>{escape(text)}</pre></li>" if not isinstance(item, str)
-                   else f"<li>{escape(text)}</li>")
-    return f"<h2>{escape(title)}</h2><ul class=\"{escape(title.lower().replace(' ', '-'))}\">{''.join(lis)}</ul>"
+    lis = "".join(f"<li>{_item(i)}</li>" for i in (items if isinstance(items, list) else [items]))
+    return f"<h2>{escape(title)}</h2><ul class=\"{escape(title.lower().replace(' ', '-'))}\">{lis}</ul>"
 
 
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
@@ -178,7 +214,7 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
     summary = _table(["quantity", "value"], [[name, _dig(plan, path)] for name, path in SUMMARY],
                      "summary")
     layouts = _table(["#"] + list(LAYOUT_COLUMNS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
-                     _layout_rows(plan), "layouts")
+                     _layout_rows(plan, rows), "layouts")
     charts = ""
     if rows:
         charts = (f"<h2>Per-GPU memory, top {len(rows)} layouts</h2>"

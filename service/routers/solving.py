@@ -70,7 +70,10 @@ def run_estimate(model, cluster, training, layout) -> dict[str, Any]:
         return result
     predicted = estimate_layout(model, cluster, training, layout).as_dict()
     memory = {**result.get("memory_per_gpu_bytes", {}), **predicted.get("memory_per_gpu_bytes", {})}
-    return {**result, **predicted, "memory_per_gpu_bytes": memory}
+    merged = {**result, **predicted, "memory_per_gpu_bytes": memory}
+    if "total" in memory and "memory_capacity_bytes" in result:
+        merged["memory_free_bytes"] = result["memory_capacity_bytes"] - memory["total"]
+    return merged
 
 
 REPORT_LAYOUTS = 6  # layouts charted in a plan's report
