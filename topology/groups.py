@@ -1,18 +1,29 @@
 """What each parallel group of a layout gets from the cluster: size, bandwidth, latency.
 
-This is the query the cost model calls. For a cluster without an explicit `topology`
-it uses the flat description (in-node link, effective per-rank inter-node busbw).
-Rank order is Megatron-LM's default: TP fastest, then CP, then DP, then PP.
+This is the query the cost model calls. Ranks are placed by topology.placement (Megatron
+order by default, `order=` selects another), then every group of one kind runs at once:
+its ring traffic, its in-domain and cross-domain sub-rings (hierarchical forms) and its
+all-to-all pairs are routed together over the cluster (topology.routing), and the slowest
+group's bandwidth and latency are reported. For a cluster without `topology` (or with the
+`flat` / `nvlink_domain` generators) routing has a closed form giving exactly the flat
+figures: a group inside one NVLink domain gets `intra_node`, one that leaves it
+`inter_node` (the seed: TP8 gets 450 GB/s, the DP group of TP8 x DP64 gets 45 GB/s).
 
-Units: bandwidth_gb_s is per-GPU busbw (1e9 bytes/s); latency_s seconds.
+"Node" in `crosses_nodes` / `ranks_per_node` means NVLink domain (a node on flat clusters).
+Units: bandwidths GB/s per GPU per direction (busbw); latencies seconds.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 
+from topology.placement import GROUP_KINDS, GroupKind, Placement, parse_order, place
+from topology.routing import FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share
 from topology.spec import ClusterSpec
 
-GROUP_KINDS = ("tp", "cp", "dp", "pp")
+A2A_FLOW_LIMIT = 20_000  # all-to-all pairs routed per kind on graph fabrics (cost bound)
+PS = 1e12
 
 
 @dataclass(frozen=True)
@@ -22,38 +33,109 @@ class GroupLink:
     kind: str
     size: int
     stride: int
-    bandwidth_gb_s: float
-    latency_s: float
-    crosses_nodes: bool
-    ranks_per_node: int  # members of one group sharing a node
+    bandwidth_gb_s: float  # ring busbw of the slowest group
+    latency_s: float  # per ring step, slowest path
+    crosses_nodes: bool  # some group leaves its NVLink domain
+    ranks_per_node: int  # members of one group per NVLink domain (1 when uneven)
+    intra_bandwidth_gb_s: float | None = None  # sub-rings inside a domain (hierarchical)
+    intra_latency_s: float | None = None
+    inter_bandwidth_gb_s: float | None = None  # cross-domain rings, one per local position
+    inter_latency_s: float | None = None
+    alltoall_bandwidth_gb_s: float | None = None  # per-rank; None when over A2A_FLOW_LIMIT
+    alltoall_latency_s: float | None = None
+    domains: int = 1  # NVLink domains one group spans
 
 
-def _strides(dims: dict[str, int]) -> dict[str, int]:
-    stride, out = 1, {}
-    for kind in GROUP_KINDS:
-        out[kind] = stride
-        stride *= dims[kind]
+@lru_cache(maxsize=16)
+def fabric_for(cluster: ClusterSpec):
+    """The routing fabric of a cluster (memoized per frozen spec). Raises: SpecError."""
+    from topology.generators import build_graph
+    from topology.graph import latency_ps
+    from topology.placement import cluster_slots
+
+    t = cluster.topology
+    if t is None or t.kind in ("flat", "nvlink_domain"):
+        domain_of = {s.vertex: s.domain for s in cluster_slots(cluster)}
+        intra, inter = cluster.intra_node, cluster.inter_node
+        return FlatFabric(domain_of, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
+                          inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
+    return GraphFabric(build_graph(cluster))
+
+
+def _ring(vertices: list[str]) -> list[tuple[str, str]]:
+    n = len(vertices)
+    return [] if n < 2 else [(vertices[i], vertices[(i + 1) % n]) for i in range(n)]
+
+
+def _by_domain(p: Placement, group: list[int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = defaultdict(list)
+    for r in group:
+        out[p.slots[r].domain].append(p.slots[r].vertex)
     return out
 
 
-def flat_group_link(cluster: ClusterSpec, kind: str, size: int, stride: int) -> GroupLink:
-    """A group of `size` ranks spaced `stride` apart on the flat cluster description.
+def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, int, int]:
+    """Flows of the ring, intra-domain and cross-domain phases, the members per domain
+    (1 unless every group has the same count in each of its domains) and domains spanned."""
+    ring, intra, inter = [], [], []
+    counts: set[int] = set()
+    spans = 1
+    for group in groups:
+        ring.append(_ring([p.slots[r].vertex for r in group]))
+        doms = list(_by_domain(p, group).values())
+        spans = max(spans, len(doms))
+        counts.update(len(v) for v in doms)
+        intra.append([f for v in doms for f in _ring(v)])
+        if len({len(v) for v in doms}) == 1:
+            inter.append([f for col in zip(*doms) for f in _ring(list(col))])
+    k = next(iter(counts)) if len(counts) == 1 else 1
+    return ring, intra, inter, k, spans
 
-    The group stays in one node when its span (stride x size) fits the node and the
-    node size is a multiple of that span; otherwise every ring crosses nodes and is
-    limited by the inter-node per-rank figure.
+
+def _fig(share: Share | None, fallback: tuple[float, float]) -> tuple[float, float]:
+    return fallback if share is None else (share.bandwidth_gb_s, share.latency_ps / PS)
+
+
+def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> GroupLink:
+    size, stride = p.dims[kind], _stride(p, kind)
+    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    if size == 1:
+        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+    groups = p.groups(kind)
+    ring, intra, inter, k, spans = _phases(p, groups)
+    ring_f = _fig(concurrent_share(fabric, ring), base)
+    intra_f = _fig(concurrent_share(fabric, intra), ring_f)
+    inter_f = _fig(concurrent_share(fabric, inter), ring_f)
+    a2a_f: tuple[float | None, float | None] = (None, None)
+    if isinstance(fabric, FlatFabric) or len(p.slots) * (size - 1) <= A2A_FLOW_LIMIT:
+        share = alltoall_share(fabric, [[p.slots[r].vertex for r in g] for g in groups])
+        a2a_f = (share.bandwidth_gb_s * (size - 1), share.latency_ps / PS)
+    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+
+
+def _stride(p: Placement, kind: str) -> int:
+    stride = 1
+    for k in p.order:
+        if k == kind:
+            return stride
+        stride *= p.dims[k]
+    return stride
+
+
+@lru_cache(maxsize=4096)
+def _links(cluster: ClusterSpec, dims: tuple[int, int, int, int],
+           order: tuple[GroupKind, ...]) -> tuple[tuple[str, GroupLink], ...]:
+    p = place(cluster, dict(zip(GROUP_KINDS, dims)), order)
+    fabric = fabric_for(cluster)
+    return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
+
+
+def group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, *,
+                order: str | tuple[str, ...] | None = None) -> dict[str, GroupLink]:
+    """GroupLink for each of tp, cp, dp, pp with every group of a kind active at once.
+
+    `order` is the rank order, fastest first ("tp-cp-dp-pp", Megatron's default).
+    Memoized per (cluster, degrees, order). Raises: SpecError (bad order or topology),
+    InfeasibleError (more ranks than available GPUs).
     """
-    g = cluster.gpus_per_node
-    span = stride * size
-    inside = size == 1 or (span <= g and g % span == 0)
-    link = cluster.intra_node if inside else cluster.inter_node
-    per_node = size if inside else max(1, min(size, g // stride)) if stride < g else 1
-    return GroupLink(kind, size, stride, link.bandwidth_gb_s, link.latency_us * 1e-6,
-                     not inside, per_node)
-
-
-def group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int) -> dict[str, GroupLink]:
-    """GroupLink for each of tp, cp, dp, pp (Megatron order: TP fastest, then CP, DP, PP)."""
-    dims = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
-    strides = _strides(dims)
-    return {k: flat_group_link(cluster, k, dims[k], strides[k]) for k in GROUP_KINDS}
+    return dict(_links(cluster, (tp, cp, dp, pp), parse_order(order)))

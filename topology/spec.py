@@ -6,9 +6,11 @@ memory in GB; compute in TFLOP/s (dense BF16).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from topology.graph_spec import TopologySpec
 
 
 class StrictModel(BaseModel):
@@ -48,11 +50,11 @@ class ClusterSpec(StrictModel):
     gpu: GpuSpec = Field(description="The GPU every node carries.")
     intra_node: LinkSpec = Field(description="The in-node (NVLink/NVSwitch) link, per GPU.")
     inter_node: LinkSpec = Field(description="The cross-node link, effective per rank under load.")
-    topology: dict[str, Any] | None = Field(
+    topology: TopologySpec | None = Field(
         default=None,
-        description="Optional explicit graph or generator (see topology.generators); replaces the flat links.",
+        description="Optional graph generator or explicit graph (topology.graph_spec); replaces the flat links.",
     )
-    unavailable_nodes: tuple[int, ...] = Field(
+    unavailable_nodes: Annotated[tuple[int, ...], Field(strict=False)] = Field(
         default=(), description="Indices of nodes that are down or busy; placement avoids them.",
     )
 

@@ -1,0 +1,71 @@
+"""Fat tree with 2:1 oversubscription, rail-optimized trees and the GB200 NVL72 preset."""
+import pytest
+
+from topology.catalog import load_cluster
+from topology.collectives import allreduce_time_s
+from topology.groups import group_links
+
+from .helpers import cluster
+
+# 4 leaves x 2 nodes x 4 GPUs, 4 NICs of 50 GB/s per node, 2:1 oversubscribed, 2 spines.
+FAT_TREE = {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 4, "nic_gb_s": 50,
+            "oversubscription": 2.0, "spines": 2}
+
+
+def test_dp_rings_spanning_leaves_get_half_the_bandwidth():
+    """TP4 x DP2 x PP4 on 32 GPUs.
+
+    Order tp-dp-pp: a DP ring joins nodes 2i and 2i+1 of one leaf; each hop uses one NIC
+    (50 GB/s) alone -> 50 GB/s. Order tp-pp-dp: DP stride is 16 GPUs = 2 leaves, so every
+    ring hop crosses leaves; a leaf sends 8 flows (2 nodes x 4 GPUs) up its uplinks of
+    2 x 4 x 50 / 2 = 200 GB/s -> 25 GB/s per flow, half.
+    """
+    c = cluster(8, 4, FAT_TREE)
+    inside = group_links(c, 4, 1, 2, 4, order="tp-dp-pp-cp")["dp"]
+    across = group_links(c, 4, 1, 2, 4, order="tp-pp-dp-cp")["dp"]
+    assert inside.bandwidth_gb_s == pytest.approx(50.0, rel=1e-12)
+    assert across.bandwidth_gb_s == pytest.approx(25.0, rel=1e-12)
+    # nic 5 us each side; +0.5 us per leaf-spine hop across leaves.
+    assert inside.latency_s == pytest.approx(10e-6) and across.latency_s == pytest.approx(11e-6)
+    # The cost model compares orders: the in-leaf placement all-reduces faster.
+    assert allreduce_time_s(1e9, inside) < allreduce_time_s(1e9, across)
+
+
+def test_without_oversubscription_leaf_crossing_costs_nothing():
+    c = cluster(8, 4, {**FAT_TREE, "oversubscription": 1.0})
+    across = group_links(c, 4, 1, 2, 4, order="tp-pp-dp-cp")["dp"]
+    assert across.bandwidth_gb_s == pytest.approx(50.0, rel=1e-12)
+
+
+def test_shared_nics_halve_per_gpu_bandwidth():
+    # 2 NICs per 4-GPU node: two DP flows share each NIC-leaf link -> 25 GB/s.
+    c = cluster(8, 4, {**FAT_TREE, "nics_per_node": 2, "oversubscription": 1.0})
+    assert group_links(c, 4, 1, 8, 1)["dp"].bandwidth_gb_s == pytest.approx(25.0, rel=1e-12)
+
+
+def test_rail_optimized_same_rail_stays_on_leaf():
+    """Rail-optimized: GPU k of every node in a unit shares the rail-k leaf; a DP ring of
+    the same local GPU across the unit's nodes never reaches a spine (10 us, full NIC)."""
+    c = cluster(8, 4, {**FAT_TREE, "kind": "rail_optimized", "nodes_per_leaf": 4, "oversubscription": 4.0})
+    dp = group_links(c, 4, 1, 4, 2)["dp"]
+    assert dp.bandwidth_gb_s == pytest.approx(50.0) and dp.latency_s == pytest.approx(10e-6)
+
+
+@pytest.mark.parametrize("tp", [16, 32])
+def test_nvl72_keeps_tp_16_and_32_on_nvlink(tp):
+    c = load_cluster("gb200-nvl72-superpod")
+    links = group_links(c, tp, 1, 512 // tp, 1)  # 512 ranks: 64 of each rack's 72 GPUs
+    assert not links["tp"].crosses_nodes
+    assert links["tp"].bandwidth_gb_s == c.intra_node.bandwidth_gb_s
+    assert links["dp"].bandwidth_gb_s == c.inter_node.bandwidth_gb_s
+
+
+def test_nvl72_tp8_fills_every_gpu():
+    c = load_cluster("gb200-nvl72-superpod")
+    links = group_links(c, 8, 1, 72, 1)  # 576 ranks, 72 = 9 x 8 tiles each domain
+    assert not links["tp"].crosses_nodes and links["tp"].ranks_per_node == 8
+
+
+def test_fat_tree_presets_load_and_route():
+    c = load_cluster("dgx-h100-superpod-fattree")
+    assert c.topology.kind == "rail_optimized" and c.gpus == 1024

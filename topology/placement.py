@@ -1,0 +1,128 @@
+"""Rank placement: a layout's ranks onto the cluster's available GPUs.
+
+Rank order follows Megatron-LM's RankGenerator (megatron/core/parallel_state.py): the
+first dimension of `order` varies fastest; the default "tp-cp-dp-pp" puts TP on
+neighbouring GPUs, then CP, DP and PP. Nodes in `cluster.unavailable_nodes` get no rank.
+
+Domain alignment: when the innermost groups (the longest prefix of `order` whose product
+fits one NVLink domain) do not tile a domain exactly (e.g. TP16 on a 72-GPU NVL72 domain),
+each domain hosts only whole units and the rest of its GPUs stay idle, so no such group
+straddles two domains. Plain contiguous filling is used when alignment leaves too few GPUs.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Literal
+
+from topology.errors import InfeasibleError, Problem, SpecError
+from topology.graph import GpuSlot
+from topology.spec import ClusterSpec
+
+GroupKind = Literal["tp", "cp", "dp", "pp"]
+GROUP_KINDS: tuple[GroupKind, ...] = ("tp", "cp", "dp", "pp")
+MEGATRON_ORDER: tuple[GroupKind, ...] = ("tp", "cp", "dp", "pp")
+
+
+def parse_order(order: str | tuple[str, ...] | None) -> tuple[GroupKind, ...]:
+    """'tp-cp-dp-pp' or a tuple of the four kinds, fastest first. Raises: SpecError."""
+    if order is None:
+        return MEGATRON_ORDER
+    parts = tuple(order.split("-")) if isinstance(order, str) else tuple(order)
+    if sorted(parts) != sorted(GROUP_KINDS):
+        raise SpecError("bad order", [Problem("order", f"{'-'.join(parts)} is not a permutation of tp-cp-dp-pp")])
+    return parts  # type: ignore[return-value]
+
+
+def candidate_orders(dims: dict[str, int]) -> list[tuple[GroupKind, ...]]:
+    """Orders that give distinct placements for these degrees (size-1 kinds dropped),
+    Megatron's order first. Each is a valid `order=` for group_links."""
+    active = [k for k in MEGATRON_ORDER if dims[k] > 1]
+    seen, out = set(), [MEGATRON_ORDER]
+    seen.add(tuple(k for k in MEGATRON_ORDER if k in active))
+    for perm in permutations(active):
+        if perm not in seen:
+            seen.add(perm)
+            rest = tuple(k for k in MEGATRON_ORDER if k not in perm)
+            out.append(perm + rest)
+    return out
+
+
+def cluster_slots(cluster: ClusterSpec) -> list[GpuSlot]:
+    """Every GPU slot of the cluster in node order, without building the graph."""
+    t = cluster.topology
+    if t is not None and t.kind == "graph":
+        from topology.generators import build_graph
+        from topology.graph import gpu_slots_of
+        return gpu_slots_of(build_graph(cluster))
+    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    g = cluster.gpus_per_node
+    return [GpuSlot(f"n{n}.g{k}", n, k, n // per_domain) for n in range(cluster.nodes) for k in range(g)]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Rank r runs on `slots[r]`; `coords[r]` are its (tp, cp, dp, pp) indices."""
+
+    order: tuple[GroupKind, ...]
+    dims: dict[str, int]
+    slots: tuple[GpuSlot, ...]
+    aligned: bool
+
+    def coords(self, rank: int) -> dict[str, int]:
+        out = {}
+        for kind in self.order:
+            out[kind] = rank % self.dims[kind]
+            rank //= self.dims[kind]
+        return out
+
+    def groups(self, kind: str) -> list[list[int]]:
+        """Ranks of every group of `kind`, each in increasing index along `kind`."""
+        stride = 1
+        for k in self.order:
+            if k == kind:
+                break
+            stride *= self.dims[k]
+        size = self.dims[kind]
+        world = len(self.slots)
+        starts = [r for r in range(world) if (r // stride) % size == 0]
+        return [[s + i * stride for i in range(size)] for s in starts]
+
+
+def _unit(dims: dict[str, int], order: tuple[str, ...], domain_gpus: int) -> int:
+    unit, prod = 1, 1
+    for kind in order:
+        prod *= dims[kind]
+        if prod <= domain_gpus:
+            unit = prod
+    return unit
+
+
+def _aligned_slots(free: list[GpuSlot], unit: int) -> list[GpuSlot]:
+    by_domain: dict[int, list[GpuSlot]] = {}
+    for s in free:
+        by_domain.setdefault(s.domain, []).append(s)
+    out: list[GpuSlot] = []
+    for slots in by_domain.values():
+        out.extend(slots[: len(slots) // unit * unit])
+    return out
+
+
+def place(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...] = MEGATRON_ORDER) -> Placement:
+    """Map the layout's ranks onto available GPUs (see module doc).
+
+    Raises: InfeasibleError when the layout needs more GPUs than are available.
+    """
+    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    down = set(cluster.unavailable_nodes)
+    free = [s for s in cluster_slots(cluster) if s.node not in down]
+    if world > len(free):
+        raise InfeasibleError(
+            f"layout needs {world} GPUs; {len(free)} are available",
+            {"needed_gpus": world, "available_gpus": len(free), "unavailable_nodes": sorted(down)})
+    domain_gpus = max(Counter(s.domain for s in free).values())
+    aligned = _aligned_slots(free, _unit(dims, order, domain_gpus))
+    use_aligned = len(aligned) >= world
+    chosen = aligned if use_aligned else free
+    return Placement(order, dict(dims), tuple(chosen[:world]), use_aligned and len(aligned) < len(free))

@@ -1,0 +1,193 @@
+"""Routing concurrent flows over the cluster and sharing link capacity among them.
+
+A flow is one GPU sending to another (a ring step, an all-to-all pair, a p2p send).
+Flows take the minimum-latency paths (ties broken towards fewer hops); traffic is split
+evenly over all equal-cost paths, i.e. ideal ECMP (Hopps, RFC 2992). GPUs never forward
+(NVLink and PCIe peers do not route through a GPU). With unit demand per flow the time to
+move V bytes over a link e is V x load(e) / capacity(e), so a set of concurrent flows
+finishes at V / min_e(capacity(e) / load(e)): a group's bandwidth is its most loaded
+link's capacity share (max-min analysis as in Bertsekas & Gallager, Data Networks, 6.5).
+
+Two fabrics answer `route`: FlatFabric (closed form for one NVSwitch per NVLink domain plus
+a dedicated per-GPU NIC into a non-blocking core: the flat and nvlink_domain generators)
+and GraphFabric (Dijkstra over any networkx graph). Tests check they agree.
+"""
+from __future__ import annotations
+
+from array import array
+from collections import defaultdict
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Hashable
+
+import networkx as nx
+
+from topology.graph import CAPACITY, LATENCY
+
+HOP_BITS = 12  # routing weight = latency_ps << HOP_BITS | hops: min latency, then min hops
+
+
+@dataclass(frozen=True)
+class Route:
+    """The edges one flow uses with the fraction of its traffic on each, and its latency."""
+
+    edges: tuple[tuple[Hashable, float], ...]
+    latency_ps: int
+
+
+class FlatFabric:
+    """Closed form: per GPU an NVLink port (intra) and a NIC port (inter), no other limits."""
+
+    def __init__(self, domain_of: dict[str, int], intra_gb_s: float, intra_ps: int,
+                 inter_gb_s: float, inter_ps: int) -> None:
+        self.domain_of = domain_of
+        self._cap = {"nvl": intra_gb_s, "nic": inter_gb_s}
+        self._lat = {"nvl": intra_ps, "nic": inter_ps}
+
+    def route(self, flows: list[tuple[str, str]]) -> list[Route]:
+        out = []
+        for s, t in flows:
+            port = "nvl" if self.domain_of[s] == self.domain_of[t] else "nic"
+            out.append(Route((((s, port, "out"), 1.0), ((t, port, "in"), 1.0)), self._lat[port]))
+        return out
+
+    def capacity_gb_s(self, key: Hashable) -> float:
+        return self._cap[key[1]]
+
+    def alltoall_share(self, groups: list[list[str]]) -> Share | None:
+        """Closed form of concurrent_share over all ordered pairs of each group: a GPU's
+        NVLink port carries its a in-domain peers, its NIC port its b other peers, in each
+        direction, and no port is shared between groups of one kind."""
+        bw, lat = float("inf"), -1
+        for group in groups:
+            per_domain: dict[int, int] = defaultdict(int)
+            for v in group:
+                per_domain[self.domain_of[v]] += 1
+            for count in per_domain.values():
+                a, b = count - 1, len(group) - count
+                if a:
+                    bw, lat = min(bw, self._cap["nvl"] / a), max(lat, self._lat["nvl"])
+                if b:
+                    bw, lat = min(bw, self._cap["nic"] / b), max(lat, self._lat["nic"])
+        return None if lat < 0 else Share(bw, lat)
+
+
+class GraphFabric:
+    """Dijkstra over a cluster graph. Per source it keeps the shortest-path DAG compactly
+    (path counts and a CSR predecessor array, about 16 bytes per vertex); routes are
+    memoized per (source, destination) up to ROUTE_CACHE entries."""
+
+    ROUTE_CACHE = 500_000
+
+    def __init__(self, g: nx.DiGraph, capacity: str = CAPACITY, weight: str = LATENCY) -> None:
+        self.names = list(g.nodes)
+        index = {v: i for i, v in enumerate(self.names)}
+        self.index = index
+        self.is_gpu = [g.nodes[v]["type"] == "gpu" for v in self.names]
+        self.out: list[list[tuple[int, int]]] = [[] for _ in self.names]
+        self.cap: dict[tuple[int, int], float] = {}
+        for u, v, d in g.edges(data=True):
+            self.out[index[u]].append((index[v], (d[weight] << HOP_BITS) + 1))
+            self.cap[(index[u], index[v])] = d[capacity]
+        self._dag: dict[int, tuple[array, array, array, array]] = {}
+        self._routes: dict[tuple[int, int], Route] = {}
+
+    def _dijkstra(self, s: int) -> tuple[array, array, array, array]:
+        """From GPU s: distances, path counts and all shortest-path predecessors (CSR).
+        Other GPUs are reached but never relayed through."""
+        n = len(self.names)
+        dist, sigma = [-1] * n, [0.0] * n
+        preds: list[list[int]] = [[] for _ in range(n)]
+        dist[s], sigma[s] = 0, 1.0
+        heap, done = [(0, s)], bytearray(n)
+        while heap:
+            d, u = heappop(heap)
+            if done[u]:
+                continue
+            done[u] = 1
+            if u != s and self.is_gpu[u]:
+                continue
+            for v, w in self.out[u]:
+                nd = d + w
+                if dist[v] < 0 or nd < dist[v]:
+                    dist[v], sigma[v], preds[v] = nd, sigma[u], [u]
+                    heappush(heap, (nd, v))
+                elif nd == dist[v]:
+                    sigma[v] += sigma[u]
+                    preds[v].append(u)
+        offsets, flat = [0], []
+        for p in preds:
+            flat.extend(p)
+            offsets.append(len(flat))
+        return array("q", dist), array("d", sigma), array("i", offsets), array("i", flat)
+
+    def _route_one(self, s: int, t: int) -> Route:
+        """Even split over all shortest s->t paths: fraction on u->v is
+        sigma_s(u) * tau_t(v) / sigma_s(t), tau_t(v) = paths from v to t (Brandes 2001)."""
+        if s not in self._dag:
+            self._dag[s] = self._dijkstra(s)
+        dist, sigma, off, flat = self._dag[s]
+        if dist[t] < 0:
+            raise ValueError(f"no path from {self.names[s]} to {self.names[t]}")
+        dag, stack, seen = [], [t], {t}
+        while stack:
+            v = stack.pop()
+            for u in flat[off[v]:off[v + 1]]:
+                dag.append((u, v))
+                if u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+        tau = {t: 1.0}
+        for u, v in sorted(dag, key=lambda e: -dist[e[1]]):
+            tau[u] = tau.get(u, 0.0) + tau[v]
+        total = sigma[t]
+        return Route(tuple(((u, v), sigma[u] * tau[v] / total) for u, v in dag), dist[t] >> HOP_BITS)
+
+    def route(self, flows: list[tuple[str, str]]) -> list[Route]:
+        out, cache = [], self._routes
+        for s_name, t_name in flows:
+            key = (self.index[s_name], self.index[t_name])
+            r = cache.get(key)
+            if r is None:
+                if len(cache) >= self.ROUTE_CACHE:
+                    cache.clear()
+                r = cache[key] = self._route_one(*key)
+            out.append(r)
+        return out
+
+    def capacity_gb_s(self, key: Hashable) -> float:
+        return self.cap[key]
+
+
+@dataclass(frozen=True)
+class Share:
+    """What the slowest of a set of concurrent groups gets: bandwidth (GB/s) and latency (ps)."""
+
+    bandwidth_gb_s: float
+    latency_ps: int
+
+
+def alltoall_share(fabric, groups: list[list[str]]) -> Share | None:
+    """concurrent_share of every ordered pair inside each group (all-to-all traffic)."""
+    if isinstance(fabric, FlatFabric):
+        return fabric.alltoall_share(groups)
+    return concurrent_share(fabric, [[(a, b) for a in g for b in g if a != b] for g in groups])
+
+
+def concurrent_share(fabric, groups: list[list[tuple[str, str]]]) -> Share | None:
+    """Route every group's flows at once; each group gets min over its links of
+    capacity / load (unit demand per flow). Returns the slowest group's figures
+    (lowest bandwidth, highest latency), or None when there are no flows."""
+    routes = [fabric.route(flows) for flows in groups]
+    load: dict[Hashable, float] = defaultdict(float)
+    for group in routes:
+        for r in group:
+            for key, frac in r.edges:
+                load[key] += frac
+    bw, lat = float("inf"), -1
+    for group in routes:
+        keys = {key for r in group for key, _ in r.edges}
+        for key in keys:
+            bw = min(bw, fabric.capacity_gb_s(key) / load[key])
+        lat = max([lat] + [r.latency_ps for r in group])
+    return None if lat < 0 else Share(bw, lat)
