@@ -30,9 +30,10 @@ test: $(TEST_STAMP)
 serve: $(STAMP)
 	$(BIN)/trainplan serve
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.search
 	$(BIN)/python -m benchmarks.accuracy
+	$(BIN)/python -m benchmarks.layouts_http
 
 clean:
 	rm -rf $(VENV) build *.egg-info
