@@ -93,6 +93,9 @@ async def _on_busy(_: Request, exc: ServiceBusy) -> JSONResponse:
 
 
 async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 400:  # FastAPI could not decode the body (e.g. nested too deeply)
+        problem = Problem("body", "unreadable JSON body (undecodable or nested too deeply)")
+        return error_response(422, "invalid_input", str(problem), [problem])
     kinds = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
     return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"),
                           str(exc.detail), headers=getattr(exc, "headers", None))

@@ -102,6 +102,13 @@ def test_nan_and_infinity_literals_are_rejected(client):
     assert r.status_code == 422 and "options.time_limit_s" in problems(r)
 
 
+@pytest.mark.parametrize("raw", [b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe", b"null", b"1e400",
+                                 b'"seed-70b"', b'{"model": ' + b"[" * 5000 + b"]" * 5000 + b"}"])
+def test_odd_bodies_are_422_on_body(client, raw):
+    r = _post_raw(client, "/v1/estimate", raw)
+    assert r.status_code == 422 and "body" in problems(r), r.text
+
+
 def test_unknown_route_and_method_are_json(client):
     r = client.get("/v1/nothing")
     assert r.status_code == 404 and problems(r) == {}
