@@ -212,6 +212,15 @@ def deepspeed_warnings(layout: LayoutSpec) -> list[str]:
 
 
 # ------------------------------------------------------------------ placement
+def _groups_of_rank0(order: tuple[str, ...], dims: dict[str, int]) -> dict[str, list[int]]:
+    """Rank 0's group of each kind: ranks 0, s, 2s, ... with s the product of the faster dims."""
+    out, stride = {}, 1
+    for kind in order:
+        out[kind] = [i * stride for i in range(dims[kind])]
+        stride *= dims[kind]
+    return {k: out[k] for k in ("tp", "cp", "dp", "pp")}
+
+
 def rank_placement(cluster: ClusterSpec, layout: LayoutSpec) -> dict[str, Any]:
     """Rank -> (node, local GPU) from topology.placement.place, Megatron rank order
     (TP fastest, then CP, DP, PP); nodes marked unavailable get no rank.
@@ -232,7 +241,7 @@ def rank_placement(cluster: ClusterSpec, layout: LayoutSpec) -> dict[str, Any]:
         "ranks_per_node": counts[0] if len(counts) == 1 else counts,
         "domain_aligned": placed.aligned,
         "rule": "rank = tp + TP*(cp + CP*(dp + DP*pp)); ranks[r] = [node, local GPU]",
-        "groups_of_rank0": {k: placed.groups(k)[0] for k in ("tp", "cp", "dp", "pp")},
+        "groups_of_rank0": _groups_of_rank0(placed.order, dims),
     }
     if layout.gpus <= RANKS_LISTED_MAX:
         out["ranks"] = [[s.node, s.local] for s in placed.slots]

@@ -171,3 +171,14 @@ def _seed_cluster_dict():
     from service.routers.schemas import SEED_CLUSTER
 
     return dict(SEED_CLUSTER)
+
+
+def test_groups_of_rank0_agree_with_topology_placement(seed_cluster):
+    """The closed form (stride = product of faster dims) against topology.placement's groups."""
+    from topology.placement import place
+
+    layout = LayoutSpec(tp=4, cp=2, dp=16, pp=4, vpp=2)
+    p = rank_placement(seed_cluster, layout)
+    placed = place(seed_cluster, {"tp": 4, "cp": 2, "dp": 16, "pp": 4})
+    for kind in ("tp", "cp", "dp", "pp"):
+        assert p["groups_of_rank0"][kind] == placed.groups(kind)[0], kind
