@@ -152,3 +152,14 @@ def test_serve_command_parses():
 
     args = build_parser().parse_args(["serve", "--host", "0.0.0.0", "--port", "9000"])
     assert (args.host, args.port) == ("0.0.0.0", 9000) and callable(args.run)
+
+
+def test_routes_are_plain_def(client):
+    """CPU-bound solver work must run in the threadpool, never on the event loop."""
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    api = [r for r in client.app.routes if isinstance(r, APIRoute)]
+    assert len(api) >= 8
+    assert not [r.path for r in api if inspect.iscoroutinefunction(r.endpoint)]
