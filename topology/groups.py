@@ -22,7 +22,7 @@ from topology.placement import GROUP_KINDS, GroupKind, Placement, parse_order, p
 from topology.routing import FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share
 from topology.spec import ClusterSpec
 
-A2A_FLOW_LIMIT = 20_000  # all-to-all pairs routed per kind on graph fabrics (cost bound)
+A2A_FLOW_LIMIT = 8_192  # all-to-all pairs routed per kind on graph fabrics (CP8 on 1,024 GPUs fits)
 PS = 1e12
 
 

@@ -73,9 +73,15 @@ class FlatFabric:
 
 
 class GraphFabric:
-    """Dijkstra over a cluster graph. Per source it keeps the shortest-path DAG compactly
-    (path counts and a CSR predecessor array, about 16 bytes per vertex); routes are
-    memoized per (source, destination) up to ROUTE_CACHE entries."""
+    """Shortest-path routing over any cluster graph.
+
+    Full Dijkstra runs only from hub vertices (non-GPUs with two or more non-GPU
+    neighbours: leaf, spine, core switches); a GPU source or a chain vertex (NIC,
+    NVSwitch: at most one non-GPU neighbour) gets its distance and path count to a
+    destination from Bellman's equation over its out-neighbours, d(x,t) = min_y w(x,y) +
+    d(y,t), and its route as the path-count-weighted mix of its best neighbours' routes.
+    Routes are memoized per (vertex, destination) up to ROUTE_CACHE entries.
+    """
 
     ROUTE_CACHE = 500_000
 
@@ -89,29 +95,49 @@ class GraphFabric:
         for u, v, d in g.edges(data=True):
             self.out[index[u]].append((index[v], (d[weight] << HOP_BITS) + 1))
             self.cap[(index[u], index[v])] = d[capacity]
+        self.hub = self._hubs()
         self._dag: dict[int, tuple[array, array, array, array]] = {}
+        self._info_memo: dict[tuple[int, int], tuple[int, float]] = {}
+        self._mix: dict[tuple[int, int], dict] = {}
         self._routes: dict[tuple[int, int], Route] = {}
 
+    def _relays(self, x: int) -> list[int]:
+        return [y for y, _ in self.out[x] if not self.is_gpu[y]]
+
+    def _hubs(self) -> list[bool]:
+        """Hubs: non-GPUs with >= 2 non-GPU neighbours, plus one vertex of any chain cycle."""
+        hub = [not self.is_gpu[x] and len(self._relays(x)) >= 2 for x in range(len(self.names))]
+        for x in range(len(self.names)):
+            seen, y = set(), x
+            while not self.is_gpu[y] and not hub[y] and y not in seen:
+                seen.add(y)
+                nxt = self._relays(y)
+                if not nxt:
+                    break
+                y = nxt[0]
+            if y in seen:
+                hub[y] = True
+        return hub
+
     def _dijkstra(self, s: int) -> tuple[array, array, array, array]:
-        """From GPU s: distances, path counts and all shortest-path predecessors (CSR).
-        Other GPUs are reached but never relayed through."""
+        """From hub s: distances, path counts and all shortest-path predecessors (CSR).
+        GPUs are reached but never relayed through."""
         n = len(self.names)
         dist, sigma = [-1] * n, [0.0] * n
         preds: list[list[int]] = [[] for _ in range(n)]
         dist[s], sigma[s] = 0, 1.0
-        heap, done = [(0, s)], bytearray(n)
+        heap, done, is_gpu = [(0, s)], bytearray(n), self.is_gpu
         while heap:
             d, u = heappop(heap)
             if done[u]:
                 continue
             done[u] = 1
-            if u != s and self.is_gpu[u]:
-                continue
             for v, w in self.out[u]:
                 nd = d + w
                 if dist[v] < 0 or nd < dist[v]:
                     dist[v], sigma[v], preds[v] = nd, sigma[u], [u]
-                    heappush(heap, (nd, v))
+                    if not is_gpu[v]:
+                        heappush(heap, (nd, v))
                 elif nd == dist[v]:
                     sigma[v] += sigma[u]
                     preds[v].append(u)
@@ -121,14 +147,39 @@ class GraphFabric:
             offsets.append(len(flat))
         return array("q", dist), array("d", sigma), array("i", offsets), array("i", flat)
 
-    def _route_one(self, s: int, t: int) -> Route:
-        """Even split over all shortest s->t paths: fraction on u->v is
-        sigma_s(u) * tau_t(v) / sigma_s(t), tau_t(v) = paths from v to t (Brandes 2001)."""
-        if s not in self._dag:
-            self._dag[s] = self._dijkstra(s)
-        dist, sigma, off, flat = self._dag[s]
-        if dist[t] < 0:
-            raise ValueError(f"no path from {self.names[s]} to {self.names[t]}")
+    def _hub_dag(self, h: int) -> tuple[array, array, array, array]:
+        if h not in self._dag:
+            self._dag[h] = self._dijkstra(h)
+        return self._dag[h]
+
+    def _info(self, x: int, t: int) -> tuple[int, float]:
+        """(routing distance, shortest-path count) from x to t; distance -1 if unreachable."""
+        if x == t:
+            return 0, 1.0
+        if self.hub[x]:
+            dist, sigma, _, _ = self._hub_dag(x)
+            return dist[t], sigma[t]
+        memo = self._info_memo.get((x, t))
+        if memo is not None:
+            return memo
+        best, count = -1, 0.0
+        for y, w in self.out[x]:
+            if self.is_gpu[y] and y != t:
+                continue
+            dy, sy = self._info(y, t)
+            if dy >= 0 and (best < 0 or dy + w < best):
+                best, count = dy + w, sy
+            elif dy >= 0 and dy + w == best:
+                count += sy
+        if len(self._info_memo) >= self.ROUTE_CACHE:
+            self._info_memo.clear()
+        self._info_memo[(x, t)] = (best, count)
+        return best, count
+
+    def _hub_route(self, h: int, t: int) -> dict:
+        """Even split over all shortest h->t paths: fraction on u->v is
+        sigma_h(u) * tau_t(v) / sigma_h(t), tau_t(v) = paths from v to t (Brandes 2001)."""
+        dist, sigma, off, flat = self._hub_dag(h)
         dag, stack, seen = [], [t], {t}
         while stack:
             v = stack.pop()
@@ -140,8 +191,37 @@ class GraphFabric:
         tau = {t: 1.0}
         for u, v in sorted(dag, key=lambda e: -dist[e[1]]):
             tau[u] = tau.get(u, 0.0) + tau[v]
-        total = sigma[t]
-        return Route(tuple(((u, v), sigma[u] * tau[v] / total) for u, v in dag), dist[t] >> HOP_BITS)
+        return {(u, v): sigma[u] * tau[v] / sigma[t] for u, v in dag}
+
+    def _route_from(self, x: int, t: int) -> dict:
+        """Edge -> fraction of one unit of x->t traffic."""
+        key = (x, t)
+        if key in self._mix:
+            return self._mix[key]
+        if self.hub[x]:
+            mix = self._hub_route(x, t)
+        else:
+            mix: dict = defaultdict(float)
+            d, count = self._info(x, t)
+            for y, w in self.out[x]:
+                if self.is_gpu[y] and y != t:
+                    continue
+                dy, sy = self._info(y, t)
+                if dy >= 0 and dy + w == d:
+                    share = sy / count
+                    mix[(x, y)] += share
+                    for e, f in (self._route_from(y, t).items() if y != t else ()):
+                        mix[e] += share * f
+        if len(self._mix) >= self.ROUTE_CACHE:
+            self._mix.clear()
+        self._mix[key] = mix
+        return mix
+
+    def _route_one(self, s: int, t: int) -> Route:
+        d, _ = self._info(s, t)
+        if d < 0:
+            raise ValueError(f"no path from {self.names[s]} to {self.names[t]}")
+        return Route(tuple(self._route_from(s, t).items()), d >> HOP_BITS)
 
     def route(self, flows: list[tuple[str, str]]) -> list[Route]:
         out, cache = [], self._routes
@@ -176,18 +256,16 @@ def alltoall_share(fabric, groups: list[list[str]]) -> Share | None:
 
 def concurrent_share(fabric, groups: list[list[tuple[str, str]]]) -> Share | None:
     """Route every group's flows at once; each group gets min over its links of
-    capacity / load (unit demand per flow). Returns the slowest group's figures
-    (lowest bandwidth, highest latency), or None when there are no flows."""
-    routes = [fabric.route(flows) for flows in groups]
+    capacity / load (unit demand per flow). Returns the slowest group's figures, i.e. the
+    minimum over every loaded link and the longest path latency, or None without flows."""
     load: dict[Hashable, float] = defaultdict(float)
-    for group in routes:
-        for r in group:
+    lat = -1
+    for flows in groups:
+        for r in fabric.route(flows):
+            lat = max(lat, r.latency_ps)
             for key, frac in r.edges:
                 load[key] += frac
-    bw, lat = float("inf"), -1
-    for group in routes:
-        keys = {key for r in group for key, _ in r.edges}
-        for key in keys:
-            bw = min(bw, fabric.capacity_gb_s(key) / load[key])
-        lat = max([lat] + [r.latency_ps for r in group])
-    return None if lat < 0 else Share(bw, lat)
+    if lat < 0:
+        return None
+    cap = fabric.capacity_gb_s
+    return Share(min(cap(key) / n for key, n in load.items()), lat)

@@ -60,7 +60,11 @@ def render_md(r: dict) -> str:
              f"- Links: {', '.join(f'{n} {k}' for k, n in g['links'].items())}",
              f"- Bisection bandwidth (rank-order halves): {g['bisection_gb_s']:,.0f} GB/s"]
     if "groups" in r:
-        lines += ["", f"## Groups of {r['layout']} (order {r['order']})", "",
+        dims = " x ".join(f"{k.upper()}{n}" for k, n in r["layout"].items())
+        pl = r["placement"]
+        lines += ["", f"## Groups of {dims} (rank order {r['order']})", "",
+                  f"{pl['ranks']} ranks on {pl['nodes_used']} nodes"
+                  + (", whole groups per NVLink domain (some GPUs idle)" if pl["domain_aligned"] else ""), "",
                   "| group | size | stride | ring GB/s | latency us | leaves domain | per domain | all-to-all GB/s |",
                   "|---|---|---|---|---|---|---|---|"]
         for k, v in r["groups"].items():

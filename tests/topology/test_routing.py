@@ -76,3 +76,18 @@ def test_gpus_do_not_relay():
 def test_bisection_of_two_leaf_tree():
     # Halves {a0, a1} | {b0, b1}: the 2 spines x 10 GB/s of leaf A's uplinks.
     assert bisection_bandwidth_gb_s(two_leaf_graph()) == pytest.approx(20.0)
+
+
+def test_chain_cycle_of_relays_still_routes():
+    """a - n1 - n2 - b where each NIC's only relay neighbour is the other (a cycle of
+    chain vertices): one becomes a hub; the 5 GB/s middle link is the bottleneck."""
+    g = new_graph("chain")
+    add_gpu(g, "a", 0, 0)
+    add_gpu(g, "b", 1, 1)
+    add_switch(g, "n1", "nic")
+    add_switch(g, "n2", "nic")
+    add_link(g, "a", "n1", 50.0, 0, "pcie")
+    add_link(g, "n1", "n2", 5.0, 2_000_000, "network")
+    add_link(g, "n2", "b", 50.0, 0, "pcie")
+    share = concurrent_share(GraphFabric(g), [[("a", "b"), ("b", "a")]])
+    assert share.bandwidth_gb_s == 5.0 and share.latency_ps == 2_000_000
