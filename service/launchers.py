@@ -71,8 +71,10 @@ def _megatron_zero_args(zero_stage: int) -> list[str]:
     if zero_stage == 1:
         return ["--use-distributed-optimizer"]
     strategy = "optim_grads" if zero_stage == 2 else "optim_grads_params"
+    # Megatron-FSDP "How to use" (Megatron-LM docs): these four flags plus its checkpoint format.
     return ["--use-distributed-optimizer", "--use-megatron-fsdp",
-            "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor"]
+            "--data-parallel-sharding-strategy", strategy, "--no-gradient-accumulation-fusion",
+            "--ckpt-format", "fsdp_dtensor"]
 
 
 def _megatron_recompute_args(recompute: str) -> list[str]:

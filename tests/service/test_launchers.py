@@ -29,6 +29,7 @@ MEGATRON_OPTIONS = {
     "--context-parallel-size": int, "--num-layers-per-virtual-pipeline-stage": int,
     "--num-virtual-stages-per-pipeline-rank": int, "--sequence-parallel": None,
     "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
+    "--no-gradient-accumulation-fusion": None,
     "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
     "--ckpt-format": ("torch", "torch_dist", "zarr", "fsdp_dtensor"),
     "--micro-batch-size": int, "--global-batch-size": int,
