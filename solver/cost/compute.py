@@ -26,23 +26,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solver.cost.options import CostOptions
+from solver.cost.options import AttentionKernel, CostOptions
 from solver.specs import ModelSpec, Recompute
 from topology.spec import GpuSpec
 
 ACT_BYTES = 2  # BF16/FP16 activations
+CE_BYTES_PER_LOGIT = 56.0  # forward 34 + backward 22, see head_times_s
+GEMM_TILES = ((128, 128), (128, 256), (256, 128))  # BF16 CTA tiles cuBLAS/CUTLASS use on A100/H100
 FLASH_BACKWARD_FACTOR = 2.5  # FA-2 (Dao 2023, Sec. 4.1): backward = 2.5 x forward FLOPs
 
 
 def gemm_efficiency(m: int, n: int, gpu: GpuSpec, opts: CostOptions) -> float:
-    """Achievable share of peak for an (m, n, .) GEMM: peak fraction x tile x wave quantization."""
-    tiles_m = math.ceil(m / opts.gemm_tile_m)
-    tiles_n = math.ceil(n / opts.gemm_tile_n)
-    tile_eff = (m * n) / (tiles_m * opts.gemm_tile_m * tiles_n * opts.gemm_tile_n)
-    tiles = tiles_m * tiles_n
-    waves = math.ceil(tiles / opts.gemm_concurrent_tiles)
-    wave_eff = tiles / (waves * opts.gemm_concurrent_tiles)
-    return opts.gemm_peak_fraction * tile_eff * wave_eff
+    """Achievable share of peak for an (m, n, .) GEMM: peak fraction x tile x wave quantization.
+
+    The library picks its output tile per shape (cuBLAS heuristics); we take the best of
+    the tiles in GEMM_TILES, each padded to whole tiles and whole waves of
+    options.gemm_concurrent_tiles tiles.
+    """
+    best = 0.0
+    for tm, tn in GEMM_TILES:
+        tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+        tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
+        tiles = tiles_m * tiles_n
+        waves = math.ceil(tiles / opts.gemm_concurrent_tiles)
+        best = max(best, tile_eff * tiles / (waves * opts.gemm_concurrent_tiles))
+    return opts.gemm_peak_fraction * best
 
 
 def gemm_time_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> float:
@@ -122,10 +130,11 @@ class LayerTimes:
         return {"none": 0.0, "selective": self.attn_fwd_s, "full": self.forward_s}[recompute]
 
 
-def attention_core_s(sh: LayerShape, gpu: GpuSpec, opts: CostOptions) -> tuple[float, float]:
+def attention_core_s(sh: LayerShape, kernel: AttentionKernel, gpu: GpuSpec,
+                     opts: CostOptions) -> tuple[float, float]:
     """(forward, backward) seconds of the attention core (scores, softmax, weighted values)."""
     full_flops = 4.0 * sh.tokens * sh.seq_kv * sh.heads * sh.head_dim  # QK^T and PV, 2 FLOPs/MAC
-    if opts.attention_kernel == "flash":
+    if kernel == "flash":
         fwd = 0.5 * full_flops / (gpu.peak_flops * opts.attention_peak_fraction)  # causal: half
         return fwd, FLASH_BACKWARD_FACTOR * fwd
     # Unfused (Megatron before FlashAttention): full S x S batched GEMMs at GEMM efficiency;
@@ -155,12 +164,12 @@ def elementwise_fwd_bytes(sh: LayerShape, model: ModelSpec, tp: int, sp: bool, d
     return float(sp_region + rope + act)
 
 
-def layer_times(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
-                tp: int, cp: int, sp: bool, micro_batch: int) -> LayerTimes:
+def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: GpuSpec,
+                opts: CostOptions, tp: int, cp: int, sp: bool, micro_batch: int) -> LayerTimes:
     """Times of one layer's forward and backward (without recompute) for one micro-batch."""
     sh = layer_shape(model, seq_len, tp, cp, micro_batch)
     parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts) for m, n, k in layer_gemms(sh)]
-    attn_fwd, attn_bwd = attention_core_s(sh, gpu, opts)
+    attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
     elem_fwd = elementwise_fwd_bytes(sh, model, tp, sp, opts.dropout) / hbm
     return LayerTimes(
@@ -176,16 +185,17 @@ def head_times_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions
     """Final norm + LM head GEMMs (forward and backward) + vocab-parallel cross-entropy, seconds.
 
     LM head: (M, V/tp, h) forward, dgrad and wgrad (Megatron vocab-parallel output layer).
-    Cross-entropy reads the BF16 logits and writes FP32 softmax forward, reads it and
-    writes BF16 gradients backward: 12 bytes per logit (Megatron theoretical memory
-    counts 2 + 4 + 4 bytes of loss buffers per logit).
+    Vocab-parallel cross-entropy (Megatron-LM core/tensor_parallel/cross_entropy.py) per
+    logit: forward casts BF16 -> FP32 (2 + 4 bytes), subtracts the max (4 + 4), exponentiates
+    (4 + 4), sums (4), normalizes the saved softmax (4 + 4) = 34 bytes; backward subtracts
+    the one-hot (4 + 4), scales by the loss gradient (4 + 4) and casts to BF16 (4 + 2) = 22.
     """
     tokens = micro_batch * seq_len // cp
     vocab_local = math.ceil(model.vocab / tp)
     fwd, dgrad, wgrad = gemm_fwd_bwd_s(tokens, vocab_local, model.hidden, gpu, opts)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
     norm_rows = tokens / tp if sp else tokens
-    elementwise = (12.0 * tokens * vocab_local + 3 * 4.0 * model.hidden * norm_rows) / hbm
+    elementwise = (CE_BYTES_PER_LOGIT * tokens * vocab_local + 3 * 4.0 * model.hidden * norm_rows) / hbm
     return fwd + dgrad + wgrad + elementwise
 
 

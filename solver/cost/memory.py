@@ -78,7 +78,7 @@ def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, reco
         rep = 1.0 / tp if sp else 1.0
         return ACT_BYTES * ctx.seq_len / cp * micro_batch * ctx.model.hidden * rep
     parts = layer_activation_parts(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch,
-                                   kernel=ctx.options.attention_kernel, dropout=ctx.options.dropout)
+                                   kernel=ctx.training.attention_kernel, dropout=ctx.options.dropout)
     return parts.total - (parts.attention_core if recompute == "selective" else 0.0)
 
 

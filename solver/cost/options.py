@@ -15,7 +15,7 @@ from typing import Literal
 
 from solver.errors import SpecError
 
-AttentionKernel = Literal["flash", "unfused"]
+AttentionKernel = Literal["flash", "unfused"]  # TrainingSpec.attention_kernel
 
 
 @dataclass(frozen=True)
@@ -23,26 +23,18 @@ class CostOptions:
     """Constants of the step-time and memory model (defaults are the calibrated values)."""
 
     # --- compute -------------------------------------------------------------------------
-    gemm_peak_fraction: float = 0.81
+    gemm_peak_fraction: float = 0.75
     """Achievable share of dense BF16 peak for a large, well-shaped GEMM. cuBLAS reaches
     about 80-90% of peak on A100/H100 for large square BF16 GEMMs (NVIDIA "Matrix
     Multiplication Background" user guide, figures for A100; H100 similar)."""
-    gemm_tile_m: int = 128
-    gemm_tile_n: int = 128
-    """Output tile of the GEMM kernels (tile quantization: each dimension is padded to a
-    whole number of tiles; NVIDIA Matrix Multiplication Background guide, "Tile
-    Quantization"). 128x128 is the common cuBLAS/CUTLASS BF16 tile on A100 and H100."""
     gemm_concurrent_tiles: int = 132
     """Tiles computed concurrently in one wave (one per SM; H100 SXM has 132 SMs, A100 108).
     Used for wave quantization (same guide, "Wave Quantization"). One value for all GPUs:
     it only matters for GEMMs of a few waves."""
-    attention_peak_fraction: float = 0.55
+    attention_peak_fraction: float = 0.4
     """Achievable share of peak for the fused attention core (FlashAttention-2 reaches
     50-73% of A100 peak forward and less backward; Dao 2023, Sec. 4.1 and Fig. 4-7)."""
-    attention_kernel: AttentionKernel = "flash"
-    """Attention kernel: 'flash' (fused, no S x S tensors stored; Dao et al. 2022) or
-    'unfused' (Megatron softmax/dropout path that stores S x S scores; Korthikanti eq. 1)."""
-    hbm_fraction: float = 0.75
+    hbm_fraction: float = 0.6
     """Achievable share of HBM bandwidth for memory-bound elementwise kernels (norms,
     activations, rotary, residual adds, optimizer). STREAM-like kernels reach 75-90% of
     the nominal HBM bandwidth on A100/H100."""
@@ -54,7 +46,7 @@ class CostOptions:
     dp_bucket_elements: int = 40_000_000
     """Gradient bucket size for bucketed DP reduction (Megatron-LM DDP default bucket of
     40M elements); each bucket pays the collective's latency term."""
-    dp_overlap_fraction: float = 0.5
+    dp_overlap_fraction: float = 0.0
     """Share of the DP collective traffic hidden under backward/forward compute (bucketed
     overlap; Li et al. 2020 PyTorch DDP Sec. 3.2.3). The last bucket is always exposed."""
 

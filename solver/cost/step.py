@@ -23,8 +23,11 @@ Time terms (seconds; solver.cost.terms)                       depends on
 Composition (compose_step_time; Narayanan et al. 2021, Sec. 2.2: the pipeline runs
 m + (p-1)/v micro-batch slots of the slowest stage, bubble fraction (p-1)/(v m)):
   layer_s  = layer_compute_s + layer_tp_comm_s + layer_cp_comm_s
-  stage_s  = layers x layer_s + head_extra_s + p2p_per_microbatch_s
-  step_s   = (m + (pp - 1) / vpp) x stage_s + dp_exposed_s + optimizer_s
+  stage_s  = layers x layer_s + p2p_per_microbatch_s
+  step_s   = (m + (pp - 1) / vpp) x stage_s + m x head_extra_s + dp_exposed_s + optimizer_s
+The LM-head stage is slower by head_extra_s per micro-batch; the steady state runs at the
+slowest stage's pace (m x head_extra_s) while warm-up and cool-down pass through the
+other stages ((pp - 1) / vpp slots of stage_s).
 
 Memory terms (bytes per GPU; solver.cost.memory)              depends on
   model_state         weights + gradients + optimizer (ZeRO)             tp, pp, dp, cp, zero
@@ -63,7 +66,7 @@ class StepTime:
     """Composed step time with its breakdown by component (seconds; sums to step_time_s)."""
 
     step_time_s: float
-    stage_time_s: float
+    stage_time_s: float    # one micro-batch through the layers of the most loaded rank, with p2p
     breakdown_s: dict[str, float]
 
 
@@ -88,14 +91,14 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
 
 
 def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum: int) -> StepTime:
-    """The one composition: step = (m + (p-1)/v) x stage + dp_exposed + optimizer.
+    """The one composition: step = (m + (p-1)/v) x stage + m x head + dp_exposed + optimizer.
 
     The breakdown splits the m steady-state slots by term and puts all (p-1)/v bubble
     slots under pp_bubble.
     """
     m = grad_accum
     stage = (layers * (terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s)
-             + terms.head_extra_s + terms.p2p_per_microbatch_s)
+             + terms.p2p_per_microbatch_s)
     bubble_slots = (pp - 1) / vpp
     breakdown = {
         "compute": m * layers * terms.layer_compute_s,
@@ -107,7 +110,8 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
         "dp_exposed": terms.dp_exposed_s,
         "optimizer": terms.optimizer_s,
     }
-    step = (m + bubble_slots) * stage + terms.dp_exposed_s + terms.optimizer_s
+    step = ((m + bubble_slots) * stage + m * terms.head_extra_s + terms.dp_exposed_s
+            + terms.optimizer_s)
     return StepTime(step_time_s=step, stage_time_s=stage, breakdown_s=breakdown)
 
 

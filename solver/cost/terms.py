@@ -55,7 +55,8 @@ def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp:
 
 @lru_cache(maxsize=65536)
 def _layer(ctx: CostContext, tp: int, cp: int, sp: bool, micro_batch: int) -> C.LayerTimes:
-    return C.layer_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp, cp, sp, micro_batch)
+    return C.layer_times(ctx.model, ctx.seq_len, ctx.training.attention_kernel, ctx.cluster.gpu,
+                         ctx.options, tp, cp, sp, micro_batch)
 
 
 def _activation_msg_bytes(ctx: CostContext, cp: int, micro_batch: int) -> float:
