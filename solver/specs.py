@@ -73,6 +73,11 @@ class TrainingSpec(StrictModel):
     causal_attention_flops: bool = Field(
         default=False,
         description="Count attention FLOPs for a causal mask (half of 12*S*T*H*dh*L). Both are reported.")
+    attention_kernel: Literal["flash", "unfused"] = Field(
+        default="flash",
+        description="Attention implementation the run uses: 'flash' (fused, no S x S tensors; "
+                    "Dao et al. 2022) or 'unfused' (softmax over stored S x S scores, e.g. "
+                    "Megatron-LM before FlashAttention). Changes attention time and memory.")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":
