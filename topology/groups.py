@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
-from topology.placement import GROUP_KINDS, GroupKind, Placement, parse_order, place
+from topology.placement import GROUP_KINDS, GroupKind, Placement, candidate_orders, parse_order, place
 from topology.routing import FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share
 from topology.spec import ClusterSpec
 
@@ -122,9 +123,29 @@ def _stride(p: Placement, kind: str) -> int:
     return stride
 
 
+_TOKENS: dict[ClusterSpec, int] = {}
+_BY_ID: dict[int, tuple[ClusterSpec, int]] = {}
+_CLUSTERS: dict[int, ClusterSpec] = {}
+
+
+def _token(cluster: ClusterSpec) -> int:
+    """A small int standing for the cluster's value. Looked up by identity first: hashing
+    a spec with an explicit graph walks every vertex (about 0.5 ms for 512 GPUs)."""
+    hit = _BY_ID.get(id(cluster))
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_BY_ID) >= 256:
+        _BY_ID.clear()
+    token = _TOKENS.setdefault(cluster, len(_TOKENS))
+    _CLUSTERS.setdefault(token, cluster)
+    _BY_ID[id(cluster)] = (cluster, token)  # holds a reference so the id is not reused
+    return token
+
+
 @lru_cache(maxsize=4096)
-def _links(cluster: ClusterSpec, dims: tuple[int, int, int, int],
+def _links(token: int, dims: tuple[int, int, int, int],
            order: tuple[GroupKind, ...]) -> tuple[tuple[str, GroupLink], ...]:
+    cluster = _CLUSTERS[token]
     p = place(cluster, dict(zip(GROUP_KINDS, dims)), order)
     fabric = fabric_for(cluster)
     return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
@@ -134,8 +155,26 @@ def group_links(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int, *,
                 order: str | tuple[str, ...] | None = None) -> dict[str, GroupLink]:
     """GroupLink for each of tp, cp, dp, pp with every group of a kind active at once.
 
-    `order` is the rank order, fastest first ("tp-cp-dp-pp", Megatron's default).
-    Memoized per (cluster, degrees, order). Raises: SpecError (bad order or topology),
+    Pass all four degrees of the layout: the groups of the other kinds place this kind's
+    groups and share its links. `order` is the rank order, fastest first ("tp-cp-dp-pp",
+    Megatron's default; see placement.candidate_orders). Memoized per (cluster, degrees,
+    order); a repeated call costs about 2 us. Raises: SpecError (bad order or topology),
     InfeasibleError (more ranks than available GPUs).
     """
-    return dict(_links(cluster, (tp, cp, dp, pp), parse_order(order)))
+    return dict(_links(_token(cluster), (tp, cp, dp, pp), parse_order(order)))
+
+
+def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
+               cost_s: Callable[[dict[str, GroupLink]], float]) -> tuple[tuple[str, ...], dict[str, GroupLink], float]:
+    """The rank order (placement) whose group links minimise `cost_s(links)`, e.g. the
+    cost model's communication time of one step; ties keep Megatron's order.
+
+    Returns (order, links, cost). Raises: as group_links.
+    """
+    best = None
+    for order in candidate_orders({"tp": tp, "cp": cp, "dp": dp, "pp": pp}):
+        links = group_links(cluster, tp, cp, dp, pp, order=order)
+        c = cost_s(links)
+        if best is None or c < best[2]:
+            best = (order, links, c)
+    return best

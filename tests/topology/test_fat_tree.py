@@ -69,3 +69,17 @@ def test_nvl72_tp8_fills_every_gpu():
 def test_fat_tree_presets_load_and_route():
     c = load_cluster("dgx-h100-superpod-fattree")
     assert c.topology.kind == "rail_optimized" and c.gpus == 1024
+
+
+def test_best_order_keeps_the_heavy_group_inside_a_leaf():
+    from topology.collectives import p2p_time_s
+    from topology.groups import best_order
+
+    c = cluster(8, 4, FAT_TREE)
+    # TP traffic heavy, DP lighter: TP stays in the node, DP in the leaf (50, not 25 GB/s).
+    cost = lambda lk: allreduce_time_s(1e10, lk["tp"]) + allreduce_time_s(1e9, lk["dp"])  # noqa: E731
+    order, links, _ = best_order(c, 4, 1, 2, 4, cost)
+    assert links["tp"].bandwidth_gb_s == 450.0 and links["dp"].bandwidth_gb_s == pytest.approx(50.0)
+    cost = lambda lk: allreduce_time_s(1e10, lk["tp"]) + p2p_time_s(1e9, lk["pp"])  # noqa: E731
+    order, links, _ = best_order(c, 4, 1, 2, 4, cost)
+    assert links["pp"].bandwidth_gb_s == pytest.approx(50.0) and order.index("pp") < order.index("dp")
