@@ -1,0 +1,1 @@
+"""Benchmarks printed as JSON (planner latency, prediction accuracy); not part of the test gate."""

@@ -1,0 +1,73 @@
+"""`trainplan validate CASES.jsonl`: the cost model's predictions against measured runs.
+
+Exit codes: 0 when every line was evaluated, 2 when the file cannot be read or any line
+is bad (the good lines are still reported; each bad line gets its own error).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from service.cli import emit
+from solver.cost.validation import validate_lines
+from solver.errors import SpecError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="predicted vs measured step time for runs in the calibration schema")
+    p.add_argument("cases", help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
+    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    p.set_defaults(run=run)
+
+
+def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().splitlines()
+    except OSError as exc:
+        raise SpecError(f"cases: cannot read '{path}': {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"cases: '{path}' is not UTF-8 text") from None
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f}%"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def render_md(result: dict) -> str:
+    """Markdown: one row per case, the summary, then any bad lines."""
+    out = ["# Predicted vs measured step time", "",
+           "| id | predicted s | measured s | error | fits | memory/GPU GB |",
+           "|---|---:|---:|---:|:---:|---:|"]
+    for c in result["cases"]:
+        out.append(f"| {c['id']} | {c['predicted_step_time_s']:.3f} | "
+                   f"{_num(c['measured_step_time_s'], '.3f')} | {_pct(c['error'])} | "
+                   f"{'yes' if c['fits'] else 'no'} | {c['memory_per_gpu_bytes_total'] / 1e9:.1f} |")
+    s = result["summary"]
+    out += ["", f"Cases: {s['cases']}, with a measurement: {s['measured_cases']}."]
+    if s.get("measured_cases"):
+        out.append(f"Median |error| {s['median_abs_error'] * 100:.1f}%, max |error| "
+                   f"{s['max_abs_error'] * 100:.1f}% ({s['worst_case']}), mean signed error "
+                   f"{s['mean_signed_error'] * 100:+.1f}%.")
+    if result["errors"]:
+        out += ["", "## Lines that could not be evaluated", ""]
+        for e in result["errors"]:
+            label = f"line {e['line']}" + (f" ({e['id']})" if e["id"] else "")
+            out += [f"- {label}: {reason}" for reason in e["errors"]]
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = validate_lines(_read_lines(args.cases))
+    emit(result, args.format, render_md)
+    for e in result["errors"]:
+        for reason in e["errors"]:
+            print(f"error: line {e['line']}: {reason}", file=sys.stderr)
+    return 2 if result["errors"] else 0

@@ -1,0 +1,113 @@
+"""Predictions against measured runs (the schema of shared/calibration/runs.jsonl).
+
+A case is one JSON object per line: `id`, `model` and `cluster` (preset name, JSON path or
+inline object), `training` (preset name, path or object; `tokens` optional), `layout`
+(object), and `measured.step_time_s` (seconds; optional: without it only the prediction
+is reported). Other keys (`source`, `confidence`, `assumed`, ...) are carried through
+untouched. Errors are signed fractions: predicted / measured - 1.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from solver.cost.estimate import estimate_layout
+from solver.cost.options import CostOptions
+from solver.errors import PlannerError
+from solver.presets import load_layout, load_model, load_training
+from topology.catalog import load_cluster
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case's prediction next to its measurement."""
+
+    id: str
+    predicted_step_time_s: float
+    measured_step_time_s: float | None
+    error: float | None            # signed fraction: predicted / measured - 1
+    fits: bool
+    memory_per_gpu_bytes_total: float
+    predicted_mfu: float
+    measured_mfu: float | None
+    time_breakdown_s: dict[str, float]
+
+
+@dataclass(frozen=True)
+class LineError:
+    """A line that could not be evaluated, with every reason."""
+
+    line: int
+    id: str | None
+    errors: list[str]
+
+
+def _measured(case: dict[str, Any], field: str) -> float | None:
+    value = (case.get("measured") or {}).get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise PlannerError(f"measured.{field}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def validate_case(case: Any, fallback_id: str, options: CostOptions | None = None) -> CaseResult:
+    """Predict one case and compare it with its measurement.
+
+    Raises: PlannerError (SpecError for bad specs) with field paths.
+    """
+    if not isinstance(case, dict):
+        raise PlannerError("case: expected a JSON object")
+    missing = [k for k in ("model", "cluster", "training", "layout") if k not in case]
+    if missing:
+        raise PlannerError("case: missing " + ", ".join(missing))
+    est = estimate_layout(load_model(case["model"]), load_cluster(case["cluster"]),
+                          load_training(case["training"]), load_layout(case["layout"]), options)
+    measured = _measured(case, "step_time_s")
+    return CaseResult(
+        id=str(case.get("id", fallback_id)), predicted_step_time_s=est.step_time_s,
+        measured_step_time_s=measured,
+        error=None if measured is None else est.step_time_s / measured - 1.0,
+        fits=est.fits, memory_per_gpu_bytes_total=est.memory_per_gpu_bytes["total"],
+        predicted_mfu=est.mfu, measured_mfu=_measured(case, "mfu"),
+        time_breakdown_s=est.time_breakdown_s)
+
+
+def _problems(exc: PlannerError) -> list[str]:
+    return [str(p) for p in exc.problems] or [exc.message]
+
+
+def summarize(results: list[CaseResult]) -> dict[str, Any]:
+    """Median / max / mean absolute error and the mean signed error over measured cases."""
+    errs = [r for r in results if r.error is not None]
+    if not errs:
+        return {"cases": len(results), "measured_cases": 0}
+    absolute = [abs(r.error) for r in errs]
+    worst = max(errs, key=lambda r: abs(r.error))
+    return {"cases": len(results), "measured_cases": len(errs),
+            "median_abs_error": statistics.median(absolute), "max_abs_error": max(absolute),
+            "mean_abs_error": statistics.fmean(absolute),
+            "mean_signed_error": statistics.fmean(r.error for r in errs),
+            "worst_case": worst.id, "fits": sum(r.fits for r in results)}
+
+
+def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:
+    """Validate every non-blank line; bad lines become per-line errors, never a crash."""
+    results: list[CaseResult] = []
+    bad: list[LineError] = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        case_id = None
+        try:
+            case = json.loads(text)
+            case_id = case.get("id") if isinstance(case, dict) else None
+            results.append(validate_case(case, f"line {number}", options))
+        except json.JSONDecodeError as exc:
+            bad.append(LineError(number, None, [f"not valid JSON ({exc.msg} at column {exc.colno})"]))
+        except PlannerError as exc:
+            bad.append(LineError(number, case_id, _problems(exc)))
+    return {"cases": [asdict(r) for r in results], "errors": [asdict(b) for b in bad],
+            "summary": summarize(results)}
