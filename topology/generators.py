@@ -61,11 +61,16 @@ def build_flat(c: ClusterSpec) -> nx.DiGraph:
     return build_nvlink_domain(c, NvlinkDomainTopology(kind="nvlink_domain", nodes_per_domain=1))
 
 
-def build_nvlink_domain(c: ClusterSpec, t: NvlinkDomainTopology) -> nx.DiGraph:
-    """NVLink domains of `t.nodes_per_domain` nodes plus per-GPU NICs (e.g. GB200 NVL72)."""
+def check_nvlink_domain(c: ClusterSpec, t: NvlinkDomainTopology) -> None:
+    """Raises SpecError unless the domains tile the nodes."""
     if c.nodes % t.nodes_per_domain:
         raise SpecError("cluster.topology.nodes_per_domain must divide nodes", [Problem(
             "cluster.topology.nodes_per_domain", f"{t.nodes_per_domain} does not divide {c.nodes} nodes")])
+
+
+def build_nvlink_domain(c: ClusterSpec, t: NvlinkDomainTopology) -> nx.DiGraph:
+    """NVLink domains of `t.nodes_per_domain` nodes plus per-GPU NICs (e.g. GB200 NVL72)."""
+    check_nvlink_domain(c, t)
     g = new_graph(c.name)
     _nvlink_domains(g, c, t.nodes_per_domain)
     _per_gpu_nics(g, c)

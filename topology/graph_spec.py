@@ -100,6 +100,8 @@ class GraphTopology(StrictModel):
         bad = sorted({e for link in self.links for e in (link.a, link.b) if e not in known})
         if bad:
             raise ValueError(f"links name unknown vertices {bad[:5]}")
+        if any(link.a == link.b for link in self.links):
+            raise ValueError("a link joins a vertex to itself")
         if any(v.type == "gpu" and v.node is None for v in self.vertices):
             raise ValueError("every gpu vertex needs a 'node'")
         return self

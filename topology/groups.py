@@ -50,11 +50,13 @@ class GroupLink:
 @lru_cache(maxsize=16)
 def fabric_for(cluster: ClusterSpec):
     """The routing fabric of a cluster (memoized per frozen spec). Raises: SpecError."""
-    from topology.generators import build_graph
+    from topology.generators import build_graph, check_nvlink_domain
     from topology.graph import latency_ps
     from topology.placement import cluster_slots
 
     t = cluster.topology
+    if t is not None and t.kind == "nvlink_domain":
+        check_nvlink_domain(cluster, t)
     if t is None or t.kind in ("flat", "nvlink_domain"):
         domain_of = {s.vertex: s.domain for s in cluster_slots(cluster)}
         intra, inter = cluster.intra_node, cluster.inter_node

@@ -22,6 +22,7 @@ from typing import Hashable
 
 import networkx as nx
 
+from topology.errors import Problem, SpecError
 from topology.graph import CAPACITY, LATENCY
 
 HOP_BITS = 12  # routing weight = latency_ps << HOP_BITS | hops: min latency, then min hops
@@ -220,7 +221,8 @@ class GraphFabric:
     def _route_one(self, s: int, t: int) -> Route:
         d, _ = self._info(s, t)
         if d < 0:
-            raise ValueError(f"no path from {self.names[s]} to {self.names[t]}")
+            raise SpecError("disconnected topology", [Problem(
+                "cluster.topology", f"no path from {self.names[s]} to {self.names[t]}")])
         return Route(tuple(self._route_from(s, t).items()), d >> HOP_BITS)
 
     def route(self, flows: list[tuple[str, str]]) -> list[Route]:

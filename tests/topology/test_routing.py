@@ -2,6 +2,7 @@
 import networkx as nx
 import pytest
 
+from topology.errors import SpecError
 from topology.graph import add_gpu, add_link, add_switch, bisection_bandwidth_gb_s, new_graph
 from topology.routing import GraphFabric, concurrent_share
 
@@ -69,7 +70,7 @@ def test_gpus_do_not_relay():
         add_gpu(g, v, 0, 0)
     add_link(g, "a", "g", 10.0, 1, "nvlink")
     add_link(g, "g", "b", 10.0, 1, "nvlink")
-    with pytest.raises(ValueError):
+    with pytest.raises(SpecError):
         GraphFabric(g).route([("a", "b")])
 
 
