@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import count
 from typing import Callable
 
 from topology.placement import GROUP_KINDS, GroupKind, Placement, candidate_orders, parse_order, place
@@ -128,6 +129,8 @@ def _stride(p: Placement, kind: str) -> int:
 _TOKENS: dict[ClusterSpec, int] = {}
 _BY_ID: dict[int, tuple[ClusterSpec, int]] = {}
 _CLUSTERS: dict[int, ClusterSpec] = {}
+_NEXT = count()
+MAX_CLUSTERS = 256  # distinct clusters remembered before every memo is dropped
 
 
 def _token(cluster: ClusterSpec) -> int:
@@ -136,10 +139,14 @@ def _token(cluster: ClusterSpec) -> int:
     hit = _BY_ID.get(id(cluster))
     if hit is not None and hit[0] is cluster:
         return hit[1]
-    if len(_BY_ID) >= 256:
-        _BY_ID.clear()
-    token = _TOKENS.setdefault(cluster, len(_TOKENS))
-    _CLUSTERS.setdefault(token, cluster)
+    if len(_BY_ID) >= MAX_CLUSTERS or len(_TOKENS) >= MAX_CLUSTERS:
+        for memo in (_BY_ID, _TOKENS, _CLUSTERS):
+            memo.clear()
+        _links.cache_clear()
+    token = _TOKENS.get(cluster)
+    if token is None:
+        token = _TOKENS[cluster] = next(_NEXT)
+        _CLUSTERS[token] = cluster
     _BY_ID[id(cluster)] = (cluster, token)  # holds a reference so the id is not reused
     return token
 

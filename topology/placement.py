@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import permutations
 from typing import Literal
 
@@ -49,16 +50,18 @@ def candidate_orders(dims: dict[str, int]) -> list[tuple[GroupKind, ...]]:
     return out
 
 
-def cluster_slots(cluster: ClusterSpec) -> list[GpuSlot]:
-    """Every GPU slot of the cluster in node order, without building the graph."""
+@lru_cache(maxsize=16)
+def cluster_slots(cluster: ClusterSpec) -> tuple[GpuSlot, ...]:
+    """Every GPU slot of the cluster in node order (memoized; the graph is built only
+    for explicit graphs)."""
     t = cluster.topology
     if t is not None and t.kind == "graph":
         from topology.generators import build_graph
         from topology.graph import gpu_slots_of
-        return gpu_slots_of(build_graph(cluster))
+        return tuple(gpu_slots_of(build_graph(cluster)))
     per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
     g = cluster.gpus_per_node
-    return [GpuSlot(f"n{n}.g{k}", n, k, n // per_domain) for n in range(cluster.nodes) for k in range(g)]
+    return tuple(GpuSlot(f"n{n}.g{k}", n, k, n // per_domain) for n in range(cluster.nodes) for k in range(g))
 
 
 @dataclass(frozen=True)

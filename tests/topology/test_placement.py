@@ -41,3 +41,13 @@ def test_orders():
     orders = candidate_orders({"tp": 8, "cp": 1, "dp": 4, "pp": 2})
     assert orders[0] == ("tp", "cp", "dp", "pp") and len(orders) == 6
     assert len(set(orders)) == len(orders)
+
+
+def test_memo_survives_many_clusters(monkeypatch):
+    import topology.groups as G
+
+    monkeypatch.setattr(G, "MAX_CLUSTERS", 2)
+    for nodes in (2, 3, 4, 2, 5):
+        c = cluster(nodes, 4)
+        assert group_links(c, 4, 1, nodes, 1)["dp"].size == nodes
+        assert group_links(c, 4, 1, nodes, 1)["dp"].bandwidth_gb_s == 45.0
