@@ -85,13 +85,14 @@ def bisection_bandwidth_gb_s(g: nx.DiGraph, capacity: str = CAPACITY) -> float:
     half = len(slots) // 2
     if half == 0:
         return 0.0
-    h = nx.DiGraph()
-    h.add_edges_from((u, v, {"c": d[capacity]}) for u, v, d in g.edges(data=True))
+    h = g.copy()
+    add_switch(h, "_src", "switch")
+    add_switch(h, "_dst", "switch")
     for s in slots[:half]:
-        h.add_edge("_src", s.vertex, c=float("inf"))
+        add_link(h, "_src", s.vertex, float("inf"), 0, "network")
     for s in slots[half:]:
-        h.add_edge(s.vertex, "_dst", c=float("inf"))
-    return float(nx.maximum_flow_value(h, "_src", "_dst", capacity="c"))
+        add_link(h, s.vertex, "_dst", float("inf"), 0, "network")
+    return float(nx.maximum_flow_value(h, "_src", "_dst", capacity=capacity))
 
 
 def summary(g: nx.DiGraph) -> dict:

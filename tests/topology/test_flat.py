@@ -66,3 +66,9 @@ def test_closed_form_fabric_equals_routing_on_the_built_graph(dims):
     routed = GraphFabric(build_flat(c))
     for kind in ("tp", "cp", "dp", "pp"):
         assert G._kind_link(c, G.fabric_for(c), p, kind) == G._kind_link(c, routed, p, kind)
+
+
+@pytest.mark.parametrize("topo", [{"kind": "flat"}, {"kind": "nvlink_domain", "nodes_per_domain": 1}])
+def test_flat_generators_equal_no_topology(topo):
+    for dims in DIMS:
+        assert group_links(cluster(4, 4, topo), *dims) == group_links(cluster(4, 4), *dims)
