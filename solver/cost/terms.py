@@ -112,7 +112,7 @@ def layer_cp_comm_s(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute,
     lk = link(ctx, "cp", tp=tp, cp=cp)
     sh = C.layer_shape(ctx.model, ctx.seq_len, tp, cp, micro_batch)
     step_bytes = 2 * C.ACT_BYTES * sh.tokens * sh.kv_width
-    fwd = (cp - 1) * p2p_s(step_bytes, lk.bandwidth_gb_s, lk.latency_s)
+    fwd = (cp - 1) * p2p_s(step_bytes, lk)
     lt = _layer(ctx, tp, cp, False, micro_batch)
     exposed_fwd = max(0.0, fwd - lt.attn_fwd_s)
     exposed_bwd = max(0.0, 2 * fwd - lt.attn_bwd_s)
@@ -131,7 +131,7 @@ def p2p_per_microbatch_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int
         return 0.0
     lk = link(ctx, "pp", tp=tp, cp=cp, dp=dp, pp=pp)
     msg = _activation_msg_bytes(ctx, cp, micro_batch) / tp
-    return 2 * vpp * p2p_s(msg, lk.bandwidth_gb_s, lk.latency_s)
+    return 2 * vpp * p2p_s(msg, lk)
 
 
 def head_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int, pp: int) -> float:

@@ -24,7 +24,7 @@ def test_ring_collectives():
     assert reduce_scatter_s(1e9, link(8)) == pytest.approx(70e-6 + 0.00875)
     assert allgather_s(1e9, link(8)) == reduce_scatter_s(1e9, link(8))
     assert allreduce_s(1e9, link(1)) == 0.0
-    assert p2p_s(1e9, 100.0, 1e-5) == pytest.approx(1e-5 + 0.01)
+    assert p2p_s(1e9, link(2)) == pytest.approx(1e-5 + 0.01)
 
 
 def test_bucketing_pays_latency_per_bucket():
