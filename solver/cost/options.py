@@ -23,7 +23,7 @@ class CostOptions:
     """Constants of the step-time and memory model (defaults are the calibrated values)."""
 
     # --- compute -------------------------------------------------------------------------
-    gemm_peak_fraction: float = 0.75
+    gemm_peak_fraction: float = 0.74
     """Achievable share of dense BF16 peak for a large, well-shaped GEMM. cuBLAS reaches
     about 80-90% of peak on A100/H100 for large square BF16 GEMMs (NVIDIA "Matrix
     Multiplication Background" user guide, figures for A100; H100 similar)."""
@@ -31,7 +31,7 @@ class CostOptions:
     """Tiles computed concurrently in one wave (one per SM; H100 SXM has 132 SMs, A100 108).
     Used for wave quantization (same guide, "Wave Quantization"). One value for all GPUs:
     it only matters for GEMMs of a few waves."""
-    attention_peak_fraction: float = 0.4
+    attention_peak_fraction: float = 0.45
     """Achievable share of peak for the fused attention core (FlashAttention-2 reaches
     50-73% of A100 peak forward and less backward; Dao 2023, Sec. 4.1 and Fig. 4-7)."""
     hbm_fraction: float = 0.6

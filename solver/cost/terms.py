@@ -163,10 +163,12 @@ def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int
               grad_accum: int) -> tuple[float, float]:
     """(total, last-bucket) seconds of one step's data-parallel traffic on one GPU.
 
-    ZeRO-0: bucketed gradient all-reduce. ZeRO-1/2: gradient reduce-scatter + parameter
-    all-gather (Rajbhandari et al. 2020, Sec. 7; Megatron distributed optimizer).
-    ZeRO-3: per micro-batch parameter all-gather for forward and again for backward plus
-    gradient reduce-scatter (Rajbhandari et al. 2020, Sec. 7.2.2; FSDP).
+    ZeRO-0: bucketed gradient all-reduce. ZeRO-1: gradient reduce-scatter + parameter
+    all-gather once per step (Rajbhandari et al. 2020, Sec. 5.1; Megatron distributed
+    optimizer). ZeRO-2: sharded gradients cannot accumulate locally, so the reduce-scatter
+    runs every micro-batch (Sec. 5.2; DeepSpeed), the all-gather once. ZeRO-3: every
+    micro-batch all-gathers the parameters for forward and again for backward and
+    reduce-scatters the gradients (Sec. 5.3; FSDP, Zhao et al. 2023).
     """
     lk = _dp_link(ctx, tp, cp, dp)
     if lk.size <= 1:
@@ -179,21 +181,43 @@ def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int
         return bucketed_s(grads, gb, lk, allreduce_s)
     rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
     ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
-    if zero in (1, 2):
-        return rs + ag, rs_last + ag_last
-    return grad_accum * (rs + 2 * ag), rs_last + ag_last
+    per_step = {1: rs + ag, 2: grad_accum * rs + ag, 3: grad_accum * (rs + 2 * ag)}[zero]
+    return per_step, rs_last + ag_last
+
+
+def compute_window_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, backward_only: bool) -> float:
+    """Compute time per step on one rank that ZeRO-2/3 traffic can hide under, seconds.
+
+    Sequences per replica (global batch / (dp x seq_len)) x layers on the rank
+    (ceil(L / pp)) x one sequence's layer time without recompute (the smallest window any
+    recompute level gives, so the exposure is an upper bound), backward only for ZeRO-2's
+    gradient reduce-scatter, forward + backward for ZeRO-3's prefetched gathers.
+    """
+    lt = _layer(ctx, tp, cp, tp > 1, 1)
+    per_sequence = lt.backward_s if backward_only else lt.forward_s + lt.backward_s
+    sequences = ctx.training.global_batch_tokens / (dp * ctx.seq_len)
+    return sequences * math.ceil(ctx.model.layers / pp) * per_sequence
 
 
 def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
                  grad_accum: int) -> float:
-    """Exposed DP time per step: (1 - overlap) of the bucketed traffic + the last bucket.
+    """Exposed DP time per step on one GPU, seconds.
 
-    Bucketed reduction overlaps backward (Li et al. 2020, PyTorch DDP, Sec. 3.2.3); the
-    parameter all-gather overlaps the next forward. The last bucket waits for the end of
-    backward and is always exposed.
+    The once-per-step traffic (ZeRO-0 all-reduce; ZeRO >= 1 one reduce-scatter + one
+    all-gather) is exposed by (1 - options.dp_overlap_fraction) plus the last bucket, which
+    waits for the end of backward (Li et al. 2020, PyTorch DDP, Sec. 3.2.3). The extra
+    per-micro-batch traffic of ZeRO-2/3 runs under the compute window (compute_window_s,
+    FSDP prefetch); only what exceeds it is exposed. So ZeRO-3 >= ZeRO-2 >= ZeRO-1.
     """
     total, last = dp_comm_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=zero, grad_accum=grad_accum)
-    return (1.0 - ctx.options.dp_overlap_fraction) * (total - last) + last
+    if total == 0.0:
+        return 0.0
+    base, _ = dp_comm_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=min(zero, 1), grad_accum=grad_accum)
+    exposed = (1.0 - ctx.options.dp_overlap_fraction) * (base - last) + last
+    if zero >= 2:
+        window = compute_window_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, backward_only=zero == 2)
+        exposed += max(0.0, total - base - window)
+    return exposed
 
 
 def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int) -> float:

@@ -132,3 +132,10 @@ def test_cost_options_reject_impossible_fractions():
     with pytest.raises(SpecError):
         CostOptions(gemm_peak_fraction=1.5)
     assert dataclasses.replace(CostOptions(), hbm_fraction=0.9).hbm_fraction == 0.9
+
+
+def test_zero_stages_expose_monotonically_more_dp_time(seed_model, seed_cluster, seed_training):
+    ctx = make_context(seed_model, seed_cluster, seed_training)
+    exposed = [T.dp_exposed_s(ctx, tp=4, cp=1, dp=128, pp=1, zero=z, grad_accum=8) for z in range(4)]
+    assert exposed[0] == pytest.approx(exposed[1], rel=0.02)       # AR = RS + AG in volume
+    assert exposed[1] <= exposed[2] <= exposed[3]
