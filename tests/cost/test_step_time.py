@@ -139,3 +139,17 @@ def test_zero_stages_expose_monotonically_more_dp_time(seed_model, seed_cluster,
     exposed = [T.dp_exposed_s(ctx, tp=4, cp=1, dp=128, pp=1, zero=z, grad_accum=8) for z in range(4)]
     assert exposed[0] == pytest.approx(exposed[1], rel=0.02)       # AR = RS + AG in volume
     assert exposed[1] <= exposed[2] <= exposed[3]
+
+
+def test_public_estimate_schema_and_errors(seed_model, seed_cluster, seed_training, seed_layout):
+    from solver.errors import SpecError
+    out = estimate_layout(seed_model, seed_cluster, seed_training, seed_layout).as_dict()
+    assert {"step_time_s", "mfu", "hfu", "tokens_per_s", "time_breakdown_s", "memory_per_gpu_bytes",
+            "fits", "memory_margin", "grad_accum", "tokens_per_step"} <= set(out)
+    assert {"compute", "tp_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_exposed", "optimizer",
+            "embedding_lm_head"} == set(out["time_breakdown_s"])
+    assert {"weights", "gradients", "optimizer", "model_state", "activations", "logits",
+            "comm_buffers", "framework_overhead", "total"} == set(out["memory_per_gpu_bytes"])
+    with pytest.raises(SpecError) as err:
+        estimate_layout(seed_model, seed_cluster, seed_training, seed_layout.model_copy(update={"dp": 128}))
+    assert any(p.field == "layout" and "1024 GPUs" in p.reason for p in err.value.problems)
