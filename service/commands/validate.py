@@ -16,7 +16,8 @@ from solver.errors import SpecError
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="predicted vs measured step time for runs in the calibration schema")
-    p.add_argument("cases", help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
+    p.add_argument("cases",
+                   help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 

@@ -176,7 +176,8 @@ def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int
     rec = ctx.training.precision
     local = ctx.params.total / (tp * pp)
     grads, weights = local * rec.grad_bytes, local * rec.weight_bytes
-    gb, wb = ctx.options.dp_bucket_elements * rec.grad_bytes, ctx.options.dp_bucket_elements * rec.weight_bytes
+    bucket = ctx.options.dp_bucket_elements
+    gb, wb = bucket * rec.grad_bytes, bucket * rec.weight_bytes
     if zero == 0:
         return bucketed_s(grads, gb, lk, allreduce_s)
     rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
