@@ -3,10 +3,12 @@
 Unit legend: `_fraction` is a dimensionless share of a hardware peak; `_bytes` bytes;
 `_elements` counts of values; `_s` seconds.
 
-Each default below carries its basis. The four efficiency fractions (GEMM, attention,
-HBM, DP overlap) were fitted once on shared/calibration/runs.jsonl (see
-benchmarks/accuracy.py) within the physically plausible ranges quoted beside them; no
-constant depends on a case, a source or a GPU name.
+Each default below carries its basis. The four fitted constants (GEMM, attention and HBM
+fractions, DP overlap) were chosen once by a grid search on the 26 runs of
+shared/calibration/runs.jsonl (with each run's attention kernel recorded, see
+TrainingSpec.attention_kernel), minimising median + max/2 of |step-time error|, inside
+the physically plausible ranges quoted beside them. No constant depends on a case, a
+source or a GPU name; benchmarks/accuracy.py reproduces the per-case errors.
 """
 from __future__ import annotations
 
@@ -24,20 +26,23 @@ class CostOptions:
 
     # --- compute -------------------------------------------------------------------------
     gemm_peak_fraction: float = 0.74
-    """Achievable share of dense BF16 peak for a large, well-shaped GEMM. cuBLAS reaches
-    about 80-90% of peak on A100/H100 for large square BF16 GEMMs (NVIDIA "Matrix
-    Multiplication Background" user guide, figures for A100; H100 similar)."""
+    """Achievable share of dense BF16 peak for a large, well-shaped GEMM inside a training
+    step (fitted: 0.74). Isolated cuBLAS BF16 GEMMs reach ~80-90% of peak on A100 and
+    ~70-80% on H100 at sustained clocks (NVIDIA "Matrix Multiplication Background" guide);
+    one value serves both GPUs."""
     gemm_concurrent_tiles: int = 132
     """Tiles computed concurrently in one wave (one per SM; H100 SXM has 132 SMs, A100 108).
     Used for wave quantization (same guide, "Wave Quantization"). One value for all GPUs:
     it only matters for GEMMs of a few waves."""
     attention_peak_fraction: float = 0.45
-    """Achievable share of peak for the fused attention core (FlashAttention-2 reaches
-    50-73% of A100 peak forward and less backward; Dao 2023, Sec. 4.1 and Fig. 4-7)."""
+    """Achievable share of peak for the fused attention core (fitted: 0.45). FlashAttention-2
+    reaches 50-73% of A100 peak forward and less backward (Dao 2023, Sec. 4.1, Fig. 4-7);
+    on H100 FA-2 reaches ~35-50%, cuDNN/FA-3 more (Shah et al. 2024)."""
     hbm_fraction: float = 0.6
-    """Achievable share of HBM bandwidth for memory-bound elementwise kernels (norms,
-    activations, rotary, residual adds, optimizer). STREAM-like kernels reach 75-90% of
-    the nominal HBM bandwidth on A100/H100."""
+    """Achievable share of HBM bandwidth for memory-bound kernels (norms, activations,
+    rotary, residual adds, cross-entropy, optimizer; fitted: 0.6). STREAM-like copies reach
+    75-90% of nominal HBM bandwidth on A100/H100; the byte counts in compute.py are the
+    minimum traffic of each op, so the fitted share also absorbs small unfused kernels."""
     dropout: bool = False
     """Hidden/attention dropout is on (adds 1-byte masks to activations and mask traffic).
     Default off (Llama-style recipes); Korthikanti's equations assume it on."""
@@ -47,8 +52,11 @@ class CostOptions:
     """Gradient bucket size for bucketed DP reduction (Megatron-LM DDP default bucket of
     40M elements); each bucket pays the collective's latency term."""
     dp_overlap_fraction: float = 0.0
-    """Share of the DP collective traffic hidden under backward/forward compute (bucketed
-    overlap; Li et al. 2020 PyTorch DDP Sec. 3.2.3). The last bucket is always exposed."""
+    """Share of the once-per-step DP traffic hidden under compute (bucketed overlap; Li et
+    al. 2020 PyTorch DDP Sec. 3.2.3). The last bucket is always exposed. Fitted: 0.0 -
+    Megatron-LM of 2021 reduced gradients after backward, and with interleaved pipelines
+    the first chunk's gradients are ready only at the end of the step; the measured
+    step time grows with DP by about the full DP traffic (calibration DGXC rows)."""
 
     # --- memory --------------------------------------------------------------------------
     framework_overhead_bytes: float = 3.0e9
