@@ -153,3 +153,17 @@ def test_public_estimate_schema_and_errors(seed_model, seed_cluster, seed_traini
     with pytest.raises(SpecError) as err:
         estimate_layout(seed_model, seed_cluster, seed_training, seed_layout.model_copy(update={"dp": 128}))
     assert any(p.field == "layout" and "1024 GPUs" in p.reason for p in err.value.problems)
+
+
+def test_unfused_attention_costs_time_and_memory(seed_model, seed_cluster, seed_training):
+    # The unfused kernel stores s x s softmax output (Korthikanti eq. 1's quadratic term) and
+    # moves the scores through HBM; FlashAttention does neither and skips masked blocks.
+    layout = LayoutSpec(tp=8, dp=64, zero_stage=1, sequence_parallel=True, recompute="none")
+    flash = estimate_layout(seed_model, seed_cluster, seed_training, layout)
+    unfused_training = seed_training.model_copy(update={"attention_kernel": "unfused"})
+    unfused = estimate_layout(seed_model, seed_cluster, unfused_training, layout)
+    assert unfused.step_time_s > flash.step_time_s
+    # 2 bytes x (64/8 heads) x 8192^2 scores per layer x 80 layers, without dropout.
+    extra = unfused.memory_per_gpu_bytes["activations"] - flash.memory_per_gpu_bytes["activations"]
+    lse = 4 * 8192 * 8 * 80
+    assert extra == pytest.approx(2 * 8 * 8192**2 * 80 - lse, rel=1e-9)
