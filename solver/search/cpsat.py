@@ -1,14 +1,13 @@
-"""CP-SAT variables for one layout, its structural constraint families, and solve helpers.
+"""The layout structure as CP-SAT sees it: valid rows, rule families, solve helpers.
 
-One integer variable per layout field (recompute coded none=0, selective=1, full=2;
-sequence_parallel 0/1) plus two derived ones: `accum` (micro-batches per step) and `gpus`.
-Each family of rules (solver.search.rules) becomes allowed-tuple tables over only the
-fields it reads. With `explain=True` every family is enforced by its own assumption
-literal, so an infeasible core names the families that clash (google/or-tools
-sat/docs/troubleshooting.md, "assumptions").
-
-Cost terms enter through `table(...)`: an integer variable linked to a few fields by an
-allowed-assignment table computed in Python (one cost-function call per row).
+`LayoutModel` computes the structurally valid combinations (solver.search.rules) as
+rows: degree rows (tp, pp, cp, dp), batch rows (dp, micro_batch, accum) and pipeline
+rows (tp, pp, cp, dp, vpp, micro_batch, sp, recompute), which the cost tables are built
+on (solver.search.model). With `explain=True` it also builds one integer variable per
+layout field (recompute coded none=0, selective=1, full=2; sequence_parallel 0/1) and
+each rule family as allowed-tuple tables over only the fields it reads, each enforced by
+its own assumption literal, so an infeasible core names the families that clash
+(google/or-tools sat/docs/troubleshooting.md, "assumptions").
 """
 from __future__ import annotations
 
@@ -77,6 +76,8 @@ class LayoutModel:
         return [self.literals[family]]
 
     def _allowed(self, family: str, names: Sequence[str], rows: list[tuple]) -> None:
+        if not self.explain:  # the search model is built on the rows, not on these tables
+            return
         ct = self.cp.add_allowed_assignments([self.var[n] for n in names], rows)
         for lit in self._lit(family):
             ct.only_enforce_if(lit)
@@ -104,6 +105,7 @@ class LayoutModel:
         rows = [(t, p, c, d, t * p * c * d) for t, p, c, d in itertools.product(
             self.values["tp"], self.values["pp"], self.values["cp"], self.values["dp"])
             if rules.gpus_ok(self.cluster, self.options, t * p * c * d)]
+        self._gpu_rows = rows
         self._new("gpus", [r[-1] for r in rows] or [0])
         self._allowed("gpus", ("tp", "pp", "cp", "dp", "gpus"), rows)
 
@@ -112,59 +114,35 @@ class LayoutModel:
         rows = [(d, m, rules.accumulation(self.training, d, m))
                 for d in self.values["dp"] for m in self.values["micro_batch"]
                 if rules.batch_ok(self.training, self.options, d, m)]
+        self._batch_rows = rows
         self._new("accum", [r[-1] for r in rows] or [1])
         self._allowed("batch", ("dp", "micro_batch", "accum"), rows)
         inter = [(p, v, a) for p in self.values["pp"] for v in self.values["vpp"]
                  for a in self.values["accum"] if rules.interleave_batch_ok(p, v, a)]
         self._allowed("pipeline", ("pp", "vpp", "accum"), inter)
 
-    # --- cost terms --------------------------------------------------------------------
-    def rows(self, deps: Sequence[str]) -> Iterable[tuple[int, ...]]:
-        """Value combinations of `deps` that pass every rule reading only those fields."""
-        for combo in itertools.product(*(self.values[n] for n in deps)):
-            kw = dict(zip(deps, combo))
-            if self._combo_ok(kw):
-                yield combo
+    def degree_rows(self) -> list[tuple[int, int, int, int]]:
+        """Valid (tp, pp, cp, dp) combinations (the gpus family's table)."""
+        return [r[:4] for r in self._gpu_rows]
 
-    def _combo_ok(self, kw: dict[str, int]) -> bool:
-        has = kw.keys()
-        if {"tp", "sequence_parallel"} <= has and not rules.sequence_parallel_ok(
-                kw["tp"], bool(kw["sequence_parallel"])):
-            return False
-        if {"pp", "vpp"} <= has and not rules.pipeline_ok(self.spec, self.options, kw["pp"], kw["vpp"]):
-            return False
-        if {"tp", "pp", "cp", "dp"} <= has and not rules.gpus_ok(
-                self.cluster, self.options, kw["tp"] * kw["pp"] * kw["cp"] * kw["dp"]):
-            return False
-        if {"dp", "micro_batch"} <= has and not rules.batch_ok(
-                self.training, self.options, kw["dp"], kw["micro_batch"]):
-            return False
-        return True
+    def pipeline_rows(self) -> Iterable[tuple]:
+        """Valid (tp, pp, cp, dp, vpp, micro_batch, sequence_parallel, recompute) combinations.
 
-    def table(self, name: str, deps: Sequence[str], fn: Callable[..., int]) -> cp_model.IntVar:
-        """An integer variable equal to fn(**fields) for the current values of `deps`.
-
-        fn receives decoded field values (recompute as its name, sequence_parallel as bool).
+        Every structural rule is applied, so each row extends to a layout with any ZeRO stage.
         """
-        rows = [combo + (int(fn(**decode(dict(zip(deps, combo))))),) for combo in self.rows(deps)]
-        var = self._new(name, [r[-1] for r in rows] or [0])
-        self.cp.add_allowed_assignments([self.var[n] for n in deps] + [var], rows)
-        return var
-
-    def int_var(self, name: str, lo: int, hi: int) -> cp_model.IntVar:
-        """A new bounded integer variable registered under `name`."""
-        self.values[name] = (lo, hi)
-        self.var[name] = self.cp.new_int_var(lo, hi, name)
-        return self.var[name]
-
-    def product(self, name: str, a: cp_model.IntVar, b: cp_model.IntVar) -> cp_model.IntVar:
-        """An integer variable equal to a x b (AddMultiplicationEquality)."""
-        va, vb = self.values[a.name], self.values[b.name]
-        corners = [x * y for x in (min(va), max(va)) for y in (min(vb), max(vb))]
-        var = self.cp.new_int_var(min(corners), max(corners), name)
-        self.values[name] = (min(corners), max(corners))
-        self.cp.add_multiplication_equality(var, [a, b])
-        return var
+        batch = {(d, m): a for d, m, a in self._batch_rows}
+        for tp, pp, cp, dp in self.degree_rows():
+            for vpp in self.values["vpp"]:
+                if not rules.pipeline_ok(self.spec, self.options, pp, vpp):
+                    continue
+                for mb in self.values["micro_batch"]:
+                    accum = batch.get((dp, mb))
+                    if accum is None or not rules.interleave_batch_ok(pp, vpp, accum):
+                        continue
+                    for sp in self.values["sequence_parallel"]:
+                        if rules.sequence_parallel_ok(tp, bool(sp)):
+                            for rc in self.values["recompute"]:
+                                yield (tp, pp, cp, dp, vpp, mb, sp, rc)
 
     def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
         """The LayoutSpec of one solution's field values."""

@@ -1,12 +1,13 @@
 """The search loop: optimize, enumerate a rounding-aware window, re-rank with the evaluator.
 
-1. Minimize the integer objective (time limit, workers, seed set on every solve).
-2. Enumerate every layout whose integer objective is <= T. Each layout's integer objective
-   is within E units of its exact objective (E: the rounding bound from the cost terms), so
-   once the K-th best exact objective among the enumerated layouts is below T - E, no
-   layout outside the window can enter the top K (nor tie with it). Otherwise T grows.
-3. Re-evaluate the enumerated layouts with the cost model (the specification), drop those
-   that do not fit (the integer memory check is a relaxation), sort by the exact objective.
+1. Minimize the integer objective over all rows (time limit, workers and seed on every solve).
+2. Enumerate every layout whose integer objective is <= T (a model over only the rows that
+   can reach T). Each layout's integer objective is within E units of its exact objective
+   (E: the rounding bound of the cost tables), so once the K-th best exact objective among
+   the enumerated layouts is below T - E, no layout outside the window can enter the top K
+   or tie with it. Otherwise T grows and the window is enumerated again.
+3. Re-evaluate the enumerated layouts with the cost model (the specification), drop any it
+   rejects (the deadline check is relaxed by E), sort by the exact objective.
 A timeout anywhere downgrades OPTIMAL to FEASIBLE; a timeout before any solution is UNKNOWN
 (SolverTimeoutError), never INFEASIBLE.
 """
@@ -19,28 +20,47 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from solver.search.assemble import Objective
-from solver.search.cpsat import FIELDS, LayoutModel, make_solver
+from solver.search.cpsat import make_solver
 from solver.search.exhaustive import Evaluated, layout_key
+from solver.search.model import Coefficients, SearchModel, TermRows, useful_rows, window_rows
 from solver.search.options import SearchOptions
+from solver.specs import LayoutSpec
 
-Evaluator = Callable[..., "Evaluated | None"]
+Evaluator = Callable[[LayoutSpec], "Evaluated | None"]
 # First window above the optimum, as a fraction of it (grown by doubling).
-FIRST_WINDOW = 0.01
+FIRST_WINDOW = 0.002
+
+
+@dataclass
+class Optimum:
+    status: str  # CP-SAT status name
+    value: int | None
+    bound: float | None
+
+
+def optimize(rows: TermRows, coef: Coefficients, options: SearchOptions, deadline: float) -> Optimum:
+    """Minimize the objective over all rows."""
+    sm = SearchModel(rows, coef, *useful_rows(rows, coef))
+    sm.cp.minimize(sm.objective)
+    solver = make_solver(options, deadline)
+    name = solver.status_name(solver.solve(sm.cp))
+    if name in ("OPTIMAL", "FEASIBLE"):
+        return Optimum(name, int(round(solver.objective_value)), solver.best_objective_bound)
+    return Optimum(name, None, None)
 
 
 class _Collector(cp_model.CpSolverSolutionCallback):
-    """Collects the distinct field assignments of enumerated solutions."""
+    """Collects the (pipeline row, shard row) pairs of enumerated solutions."""
 
-    def __init__(self, lm: LayoutModel, seen: set) -> None:
+    def __init__(self, sm: SearchModel, seen: set) -> None:
         super().__init__()
-        self.lm, self.seen, self.new = lm, seen, []
+        self.sm, self.seen, self.new = sm, seen, []
 
     def on_solution_callback(self) -> None:
-        key = tuple(self.value(self.lm.var[f]) for f in FIELDS)
-        if key not in self.seen:
-            self.seen.add(key)
-            self.new.append(key)
+        pair = self.sm.chosen(self.boolean_value)
+        if pair not in self.seen:
+            self.seen.add(pair)
+            self.new.append(pair)
 
 
 @dataclass
@@ -54,54 +74,44 @@ class Window:
     solves: int = 0
 
 
-def optimize(lm: LayoutModel, obj: Objective, options: SearchOptions, deadline: float):
-    """Minimize the objective. Returns (status name, objective value, bound, solver)."""
-    lm.cp.minimize(obj.var)
-    solver = make_solver(options, deadline)
-    status = solver.solve(lm.cp)
-    name = solver.status_name(status)
-    if name in ("OPTIMAL", "FEASIBLE"):
-        return name, int(solver.objective_value), solver.best_objective_bound, solver
-    return name, None, None, solver
-
-
-def enumerate_window(lm: LayoutModel, obj: Objective, win: Window, options: SearchOptions,
-                     deadline: float) -> list[tuple]:
-    """Distinct new field assignments with objective <= win.threshold."""
-    model = lm.cp.clone()
-    model.clear_objective()
-    model.add(model.get_int_var_from_proto_index(obj.var.index) <= win.threshold)
+def enumerate_window(rows: TermRows, coef: Coefficients, win: Window, options: SearchOptions,
+                     deadline: float) -> list[tuple[int, int]]:
+    """New (pipeline, shard) row pairs with objective <= win.threshold."""
+    pipe, shard = window_rows(rows, coef, win.threshold)
+    if not pipe or not shard:
+        return []
+    sm = SearchModel(rows, coef, pipe, shard)
+    sm.cp.add(sm.objective <= win.threshold)
     solver = make_solver(options, deadline, workers=1)  # enumeration runs on one worker
     solver.parameters.enumerate_all_solutions = True
-    collector = _Collector(lm, win.seen)
-    status = solver.solve(model, collector)
+    collector = _Collector(sm, win.seen)
+    status = solver.status_name(solver.solve(sm.cp, collector))
     win.solves += 1
-    if solver.status_name(status) != "OPTIMAL":  # enumeration did not finish
+    if status not in ("OPTIMAL", "INFEASIBLE"):  # enumeration did not finish
         win.complete = False
-    return collector.new
+    return [(sm.layout(i, j)) for i, j in collector.new]
 
 
-def ranked_window(lm: LayoutModel, obj: Objective, best: int, options: SearchOptions,
+def ranked_window(rows: TermRows, coef: Coefficients, best: int, options: SearchOptions,
                   deadline: float, evaluate: Evaluator) -> Window:
     """The top-K layouts by the evaluator's exact objective (see module docstring)."""
-    err = obj.error_units + 1.0  # +1 unit covers float summation-order differences
-    hi = max(lm.values[obj.var.name])
+    err = coef.error_units + 1.0  # +1 unit covers float summation-order differences
+    hi = sum(max(v) for v in (coef.pipe, coef.shard))
     win = Window(threshold=best + max(math.ceil(2 * err), math.ceil(FIRST_WINDOW * abs(best))))
+    k = options.top_k
     while True:
-        for key in enumerate_window(lm, obj, win, options, deadline):
-            ev = evaluate(lm.layout(dict(zip(FIELDS, key))))
+        for layout in enumerate_window(rows, coef, win, options, deadline):
+            ev = evaluate(layout)
             if ev is not None:
                 win.good.append(ev)
         win.good.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
-        k = options.top_k
         if not win.complete or win.threshold >= hi:
             return win
-        if len(win.good) >= k and win.good[k - 1].objective_units < win.threshold - err:
+        kth = coef.exact(win.good[k - 1].layout, win.good[k - 1].estimate.step_time_s) \
+            if len(win.good) >= k else None
+        if kth is not None and kth < win.threshold - err:
             return win
-        if len(win.good) >= k:
-            nxt = math.ceil(win.good[k - 1].objective_units + err) + 1
-        else:
-            nxt = best + 2 * (win.threshold - best) + 1
+        nxt = math.ceil(kth + err) + 1 if kth is not None else best + 2 * (win.threshold - best) + 1
         win.threshold = min(hi, max(nxt, win.threshold + 1))
         if time.perf_counter() >= deadline:
             win.complete = False

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.search.assemble import StepTerms
+from solver.search.cpsat import RECOMPUTE_NAMES
+from solver.search.model import TermRows
 from solver.search.exhaustive import Evaluated
 from solver.search.objective import meets_deadline, objective_units
 from solver.search.rules import accumulation
-from solver.search.scaling import MEMORY_UNIT_BYTES, memory_floor, time_int
+from solver.search.scaling import time_int
 
 REC = {"none": 1.0, "selective": 1.07, "full": 1.33}
 ACT = {"none": 1.0, "selective": 0.6, "full": 0.1}
@@ -57,7 +58,7 @@ def estimate(model, cluster, training, layout, capacity_bytes):
               recompute=layout.recompute, micro_batch=layout.micro_batch, pp=layout.pp, vpp=layout.vpp)
     t = t_mb_s(model, **kw)
     acc = accumulation(training, layout.dp, layout.micro_batch)
-    step = acc * t + (layout.pp - 1) / layout.vpp * t + sync_s(
+    step = (acc * t + (layout.pp - 1) / layout.vpp * t) + sync_s(
         model, layout.tp, layout.pp, layout.dp, layout.cp, layout.zero_stage)
     mem = state_bytes(model, layout.tp, layout.pp, layout.dp, layout.cp, layout.zero_stage) + act_bytes(model, **kw)
     return SyntheticEstimate(step, 0.5, {"total": mem}, mem <= capacity_bytes)
@@ -72,26 +73,25 @@ def evaluator(model, cluster, training, options, capacity_bytes):
     return ev
 
 
-class SyntheticTerms:
-    def __init__(self, capacity_bytes):
-        self.capacity_bytes = capacity_bytes
-
-    def build(self, lm):
-        m = lm.spec
-        mb_deps = ("tp", "cp", "sequence_parallel", "recompute", "micro_batch", "pp", "vpp")
-        t = lm.table("t_mb", mb_deps, lambda **kw: time_int(t_mb_s(m, **kw)))
-        bubble = lm.table("bubble", mb_deps, lambda **kw: time_int(
-            (kw["pp"] - 1) / kw["vpp"] * t_mb_s(m, **kw)))
-        sync = lm.table("sync", ("tp", "pp", "dp", "cp", "zero_stage"),
-                        lambda **kw: time_int(sync_s(m, **kw)))
-        work = lm.product("work", lm.var["accum"], t)
-        hi = max(lm.values["work"]) + max(lm.values["bubble"]) + max(lm.values["sync"])
-        step = lm.int_var("step", 0, hi)
-        lm.cp.add(step == work + bubble + sync)
-        st = lm.table("state", ("tp", "pp", "dp", "cp", "zero_stage"),
-                      lambda **kw: memory_floor(state_bytes(m, **kw)))
-        act = lm.table("act", mb_deps, lambda **kw: memory_floor(act_bytes(m, **kw)))
-        mem = lm.int_var("memory", 0, max(lm.values["state"]) + max(lm.values["act"]))
-        lm.cp.add(mem == st + act)
-        err = 0.5 * max(lm.values["accum"]) + 0.5 + 0.5
-        return StepTerms(step, err, mem, int(self.capacity_bytes // MEMORY_UNIT_BYTES))
+def rows_builder(capacity_bytes):
+    """Synthetic cost tables in the shape solver.search.terms.term_rows produces."""
+    def build(lm):
+        m, training = lm.spec, lm.training
+        keys, pipe, act = [], [], []
+        for key in lm.pipeline_rows():
+            tp, pp, cp, dp, vpp, mb, sp, rc = key
+            kw = dict(tp=tp, cp=cp, sequence_parallel=bool(sp), recompute=RECOMPUTE_NAMES[rc],
+                      micro_batch=mb, pp=pp, vpp=vpp)
+            t = t_mb_s(m, **kw)
+            acc = accumulation(training, dp, mb)
+            keys.append(key)
+            pipe.append(time_int(acc * t + (pp - 1) / vpp * t))
+            act.append(act_bytes(m, **kw))
+        shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
+                         for z in lm.values["zero_stage"]})
+        sync = [time_int(sync_s(m, tp, pp, dp, cp, z)) for tp, pp, cp, dp, sp, z, mb in shards]
+        state = [state_bytes(m, tp, pp, dp, cp, z) for tp, pp, cp, dp, sp, z, mb in shards]
+        return TermRows(keys, pipe, shards, sync, 1.0,
+                        lambda i, j: state[j] + act[i] <= capacity_bytes,
+                        lambda i, j: state[j] + act[i])
+    return build

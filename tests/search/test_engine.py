@@ -33,7 +33,7 @@ def brute(model, cluster, training, options, cap):
 
 def run(model, cluster, training, options, cap):
     return search_layouts(model, cluster, training, options,
-                          terms=synthetic.SyntheticTerms(cap),
+                          rows_builder=synthetic.rows_builder(cap),
                           evaluator=synthetic.evaluator(model, cluster, training, options, cap),
                           explain=False)
 

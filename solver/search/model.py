@@ -1,0 +1,218 @@
+"""The CP-SAT search model: pick one pipeline row and one shard row that agree and fit.
+
+The cost terms (solver.search.terms) come as two tables over the structurally valid rows:
+- pipeline rows, key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute): the pipeline part
+  of the step time (integer time units) and the activation bytes;
+- shard rows, key (tp, pp, cp, dp, sp, zero_stage, micro_batch): the data-parallel and
+  optimizer part of the step time and the other memory terms.
+A layout is one row of each. The model has one Boolean per row, exactly one per table,
+and for every group (tp, pp, cp, dp, sp, micro_batch) the number of chosen rows in both
+tables is equal (marginal consistency: a tight LP link). Memory: a shard row may only be
+chosen with a pipeline row of its group whose summed memory (the cost model's own
+composition and limit) fits: y_s <= sum of the compatible x_r. The objective is linear
+in the row literals: every objective's multiplier (GPUs, steps) is constant within a
+group, so GPU-time and run-time stay linear. No products are left for CP-SAT.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ortools.sat.python import cp_model
+
+from solver.search.cpsat import RECOMPUTE_NAMES
+from solver.search.objective import run_steps
+from solver.search.options import SearchOptions
+from solver.search.scaling import TIME_UNIT_S, time_int
+from solver.specs import LayoutSpec, TrainingSpec
+
+PIPE_KEY = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute")
+SHARD_KEY = ("tp", "pp", "cp", "dp", "sequence_parallel", "zero_stage", "micro_batch")
+
+
+def pipe_group(key: tuple) -> tuple:
+    tp, pp, cp, dp, vpp, mb, sp, rc = key
+    return (tp, pp, cp, dp, sp, mb)
+
+
+def shard_group(key: tuple) -> tuple:
+    tp, pp, cp, dp, sp, zero, mb = key
+    return (tp, pp, cp, dp, sp, mb)
+
+
+@dataclass
+class TermRows:
+    """The cost tables: what solver.search.terms hands to the search model.
+
+    pipe_units / shard_units: integer time units (TIME_UNIT_S) of the two parts of the
+    step time; error_units: largest |pipe + shard - exact step / unit| over layouts.
+    fits(pipe_index, shard_index) -> bool: the cost model's memory verdict for a pair;
+    memory(pipe_index, shard_index) -> bytes (used to explain infeasibility).
+    """
+
+    pipe_keys: list[tuple]
+    pipe_units: list[int]
+    shard_keys: list[tuple]
+    shard_units: list[int]
+    error_units: float
+    fits: Callable[[int, int], bool]
+    memory: Callable[[int, int], float]
+    _groups: dict | None = None
+
+    def groups(self) -> dict[tuple, tuple[list[int], list[int], dict[int, list[int]]]]:
+        """Per group: pipeline rows, shard rows, and for each shard row its fitting pipeline rows."""
+        if self._groups is None:
+            out: dict[tuple, tuple[list[int], list[int], dict[int, list[int]]]] = {}
+            for i, k in enumerate(self.pipe_keys):
+                out.setdefault(pipe_group(k), ([], [], {}))[0].append(i)
+            for j, k in enumerate(self.shard_keys):
+                out.setdefault(shard_group(k), ([], [], {}))[1].append(j)
+            for pipes, shards, fit in out.values():
+                for j in shards:
+                    fit[j] = [i for i in pipes if self.fits(i, j)]
+            self._groups = out
+        return self._groups
+
+
+def layout_of(pipe_key: tuple, shard_key: tuple) -> LayoutSpec:
+    """The LayoutSpec of a (pipeline row, shard row) pair."""
+    tp, pp, cp, dp, vpp, mb, sp, rc = pipe_key
+    return LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=bool(sp),
+                      zero_stage=shard_key[5], micro_batch=mb, recompute=RECOMPUTE_NAMES[rc])
+
+
+@dataclass
+class Coefficients:
+    """Objective coefficients per row (integers) and the rounding bound in those units."""
+
+    pipe: list[int]
+    shard: list[int]
+    error_units: float
+    exact: Callable[[LayoutSpec, float], float]  # (layout, step_time_s) -> exact objective
+    deadline: tuple[list[int], list[int], int] | None = None  # run-time rows and limit
+
+
+def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec) -> Coefficients:
+    """The objective of options.objective as per-row coefficients (see objective.py)."""
+    kind = options.objective
+    if kind == "step_time":
+        return Coefficients(rows.pipe_units, rows.shard_units, rows.error_units, lambda lo, t: t / TIME_UNIT_S)
+    steps = {g: run_steps(training, LayoutSpec(dp=g[3], micro_batch=g[5]))
+             for g in map(shard_group, rows.shard_keys)}
+    if kind == "min_cost":
+        mult = {g: g[0] * g[1] * g[2] * g[3] * n for g, n in steps.items()}
+        return Coefficients(
+            [mult[pipe_group(k)] * u for k, u in zip(rows.pipe_keys, rows.pipe_units)],
+            [mult[shard_group(k)] * u for k, u in zip(rows.shard_keys, rows.shard_units)],
+            rows.error_units * max(mult.values()),
+            lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S)
+    weight = max(rows.pipe_units) + max(rows.shard_units) + 1  # GPUs first, then step time
+    deadline = None
+    if kind == "min_gpus_deadline":
+        run_pipe = [steps[pipe_group(k)] * u for k, u in zip(rows.pipe_keys, rows.pipe_units)]
+        run_shard = [steps[shard_group(k)] * u for k, u in zip(rows.shard_keys, rows.shard_units)]
+        slack = math.ceil(rows.error_units * max(steps.values()))  # relaxed; the evaluator decides
+        deadline = (run_pipe, run_shard, time_int(options.deadline_s) + slack)
+    return Coefficients(
+        rows.pipe_units,
+        [u + weight * k[0] * k[1] * k[2] * k[3] for k, u in zip(rows.shard_keys, rows.shard_units)],
+        rows.error_units, lambda lo, t: lo.gpus * weight + t / TIME_UNIT_S, deadline)
+
+
+class SearchModel:
+    """The CP-SAT model over a subset of the rows (all of them, or those a window keeps)."""
+
+    def __init__(self, rows: TermRows, coef: Coefficients, pipe_idx: Sequence[int],
+                 shard_idx: Sequence[int], memory_limit: bool = True) -> None:
+        self.rows, self.coef = rows, coef
+        self.pipe_idx, self.shard_idx = list(pipe_idx), list(shard_idx)
+        self.cp = cp_model.CpModel()
+        self.x = [self.cp.new_bool_var(f"pipe{i}") for i in self.pipe_idx]
+        self.y = [self.cp.new_bool_var(f"shard{j}") for j in self.shard_idx]
+        self.cp.add_exactly_one(self.x)
+        self.cp.add_exactly_one(self.y)
+        self._link(memory_limit)
+        self.objective = self.expr(coef.pipe, coef.shard)
+        if coef.deadline is not None:
+            run_pipe, run_shard, limit = coef.deadline
+            self.cp.add(self.expr(run_pipe, run_shard) <= limit)
+
+    def expr(self, pipe_values: Sequence[int], shard_values: Sequence[int]) -> cp_model.LinearExpr:
+        """sum of the chosen rows' values (one value per row of the full tables)."""
+        return (cp_model.LinearExpr.weighted_sum(self.x, [pipe_values[i] for i in self.pipe_idx])
+                + cp_model.LinearExpr.weighted_sum(self.y, [shard_values[j] for j in self.shard_idx]))
+
+    def _link(self, memory_limit: bool) -> None:
+        """Rows agree on their group; a shard row needs a compatible (fitting) pipeline row."""
+        x = dict(zip(self.pipe_idx, self.x))
+        y = dict(zip(self.shard_idx, self.y))
+        for pipes, shards, fit in self.rows.groups().values():
+            xs, ys = [x[i] for i in pipes if i in x], [y[j] for j in shards if j in y]
+            if not xs and not ys:
+                continue
+            self.cp.add(sum(xs) == sum(ys))
+            if memory_limit:
+                for j in shards:
+                    if j in y:
+                        self.cp.add(y[j] <= sum(x[i] for i in fit[j] if i in x))
+
+    def chosen(self, value: Callable) -> tuple[int, int]:
+        """(pipeline row index, shard row index) of a solution (value: solver.boolean_value)."""
+        i = next(i for i, x in zip(self.pipe_idx, self.x) if value(x))
+        j = next(j for j, y in zip(self.shard_idx, self.y) if value(y))
+        return i, j
+
+    def layout(self, i: int, j: int) -> LayoutSpec:
+        return layout_of(self.rows.pipe_keys[i], self.rows.shard_keys[j])
+
+
+def window_rows(rows: TermRows, coef: Coefficients, threshold: int) -> tuple[list[int], list[int]]:
+    """Rows that can be part of a layout with objective <= threshold.
+
+    A row's objective is at least its own coefficient plus the smallest coefficient of the
+    other table's rows in its group (a valid lower bound), so rows above it are dropped.
+    """
+    best_pipe: dict[tuple, int] = {}
+    best_shard: dict[tuple, int] = {}
+    for k, c in zip(rows.pipe_keys, coef.pipe):
+        g = pipe_group(k)
+        best_pipe[g] = min(best_pipe.get(g, c), c)
+    for k, c in zip(rows.shard_keys, coef.shard):
+        g = shard_group(k)
+        best_shard[g] = min(best_shard.get(g, c), c)
+    pipe = [i for i, (k, c) in enumerate(zip(rows.pipe_keys, coef.pipe))
+            if pipe_group(k) in best_shard and c + best_shard[pipe_group(k)] <= threshold]
+    shard = [j for j, (k, c) in enumerate(zip(rows.shard_keys, coef.shard))
+             if shard_group(k) in best_pipe and c + best_pipe[shard_group(k)] <= threshold]
+    return pipe, shard
+
+
+def useful_rows(rows: TermRows, coef: Coefficients, memory_limit: bool = True) -> tuple[list[int], list[int]]:
+    """Rows that can be part of an optimal layout: exact reductions before optimizing.
+
+    Within a group, a row never chosen with a fitting partner is dropped, and so is a row
+    dominated by another row of its group with a coefficient no larger and every fitting
+    partner of it (the optimum value is unchanged; the window enumeration uses all rows).
+    """
+    pipe, shard = [], []
+    for pipes, shards, fit in rows.groups().values():
+        partners: dict[int, set[int]] = {i: set() for i in pipes}
+        for j in shards:
+            for i in fit[j] if memory_limit else pipes:
+                partners[i].add(j)
+        shard_fit = {j: set(fit[j] if memory_limit else pipes) for j in shards}
+        pipe += _front({i: (coef.pipe[i], partners[i]) for i in pipes})
+        shard += _front({j: (coef.shard[j], shard_fit[j]) for j in shards})
+    return sorted(pipe), sorted(shard)
+
+
+def _front(cands: dict[int, tuple[int, set]]) -> list[int]:
+    """Rows with a partner that no other row dominates (smaller-or-equal cost, superset partners)."""
+    order = sorted((c, -len(p), i) for i, (c, p) in cands.items() if p)
+    kept: list[int] = []
+    for c, _, i in order:
+        p = cands[i][1]
+        if not any(cands[k][0] <= c and p <= cands[k][1] for k in kept):
+            kept.append(i)
+    return kept

@@ -1,0 +1,112 @@
+"""The cost model's terms (solver.cost.step) as CP-SAT tables, composed the same way.
+
+solver/cost/step.py documents each term and the few layout scalars it depends on. Each
+term is evaluated in Python over only those scalars (memoized: far fewer cost-function
+calls than layouts). The products of the composition are then tabulated over their small
+joint domain, the pipeline key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute), using
+step.compose_step_time itself on the memoized term values:
+
+  pipe_us(key)   = (m + (pp-1)/vpp) x stage       (compose_step_time with DP/optimizer 0)
+  shard_us(tp, pp, cp, dp, sp, zero, mb) = dp_exposed_s + optimizer_s
+  step_us        = pipe_us + shard_us             (error <= 0.5 + 0.5 us)
+
+Memory is not rounded at all: a (pipeline, shard) pair fits when step.compose_memory's
+total of activation_bytes(key) and the shard's model_state, logits, comm_buffers and
+framework overhead (summed in the same order) is within step.usable_memory_bytes, the
+evaluator's own test. solver.search.model turns the two tables into the CP-SAT model.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from solver.cost import memory as M
+from solver.cost import terms as T
+from solver.cost.estimate import make_context
+from solver.cost.step import MemoryTerms, TimeTerms, compose_memory, compose_step_time, usable_memory_bytes
+from solver.cost.terms import CostContext, layers_on_rank
+from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
+from solver.search.model import TermRows
+from solver.search.rules import accumulation
+from solver.search.scaling import time_int
+
+STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
+
+
+class _Terms:
+    """Memoized term evaluations for one problem (each keyed by its own scalars only)."""
+
+    def __init__(self, ctx: CostContext) -> None:
+        self.ctx = ctx
+        self.layer = lru_cache(maxsize=None)(self._layer)
+        self.head = lru_cache(maxsize=None)(self._head)
+        self.p2p = lru_cache(maxsize=None)(self._p2p)
+        self.per_layer_act = lru_cache(maxsize=None)(self._act)
+
+    def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
+        kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
+        return (T.layer_compute_s(self.ctx, sp=sp, **kw), T.layer_tp_comm_s(self.ctx, sp=sp, **kw),
+                T.layer_cp_comm_s(self.ctx, **kw))
+
+    def _head(self, tp, cp, sp, mb, pp) -> float:
+        return T.head_extra_s(self.ctx, tp=tp, cp=cp, sp=sp, micro_batch=mb, pp=pp)
+
+    def _p2p(self, tp, cp, dp, pp, vpp, mb) -> float:
+        return T.p2p_per_microbatch_s(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, vpp=vpp, micro_batch=mb)
+
+    def _act(self, tp, cp, sp, rc, mb, pp, vpp, m) -> float:
+        return M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
+                                  pp=pp, vpp=vpp, grad_accum=m)
+
+    def pipe_s(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> float:
+        """(m + (pp-1)/vpp) x stage via step.compose_step_time (DP and optimizer terms 0)."""
+        compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb)
+        terms = TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
+                          self.head(tp, cp, sp, mb, pp), 0.0, 0.0)
+        layers = layers_on_rank(self.ctx.model.layers, pp, vpp)
+        return compose_step_time(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=m).step_time_s
+
+    def memory_rest(self, tp, pp, cp, dp, sp, zero, mb) -> tuple[float, ...]:
+        """(weights, gradients, optimizer, logits, comm buffers, overhead) bytes per GPU."""
+        st = M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+        return (st.weights, st.gradients, st.optimizer,
+                M.logits_bytes(self.ctx, tp=tp, cp=cp, micro_batch=mb),
+                M.comm_buffer_bytes(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb),
+                self.ctx.options.framework_overhead_bytes)
+
+    @staticmethod
+    def memory_total(rest: tuple[float, ...], activations: float) -> float:
+        """step.compose_memory's total, summed in the same order."""
+        w, g, o, logits, comm, overhead = rest
+        terms = MemoryTerms(w, g, o, activations, logits, comm, overhead)
+        return compose_memory(terms)["total"]
+
+    def dp_opt_s(self, tp, cp, dp, pp, zero_stage, micro_batch) -> float:
+        """dp_exposed_s + optimizer_s of one step (accumulation from dp and micro_batch)."""
+        m = accumulation(self.ctx.training, dp, micro_batch)
+        kw = dict(tp=tp, cp=cp, dp=dp, pp=pp, zero=zero_stage)
+        return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
+
+
+def term_rows(lm: LayoutModel, cost_options: Any = None) -> TermRows:
+    """The two cost tables over the structurally valid rows of `lm` (see module docstring)."""
+    ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
+    t = _Terms(ctx)
+    keys, pipe, act = [], [], []
+    for key in lm.pipeline_rows():
+        tp, pp, cp, dp, vpp, mb, sp, rc = key
+        m, spb, rcn = accumulation(ctx.training, dp, mb), bool(sp), RECOMPUTE_NAMES[rc]
+        keys.append(key)
+        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)))
+        act.append(t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m))
+    shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
+                     for z in lm.values["zero_stage"]})
+    shard_units = [time_int(t.dp_opt_s(tp, cp, dp, pp, z, mb)) for tp, pp, cp, dp, sp, z, mb in shards]
+    rest = [t.memory_rest(tp, pp, cp, dp, bool(sp), z, mb) for tp, pp, cp, dp, sp, z, mb in shards]
+    usable = usable_memory_bytes(ctx)
+
+    def memory(i: int, j: int) -> float:
+        return t.memory_total(rest[j], act[i])
+
+    return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS,
+                    lambda i, j: memory(i, j) <= usable, memory)
