@@ -1,0 +1,72 @@
+"""POST /v1/layouts: ranked layouts, each with launcher exports consistent with the layout."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from tests.service.test_launchers import parse_megatron
+
+SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
+
+
+@pytest.fixture(scope="module")
+def seed_layouts(tmp_path_factory):
+    """One seed search shared by the module's checks (CP-SAT work is the slow part)."""
+    import warnings
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    db = tmp_path_factory.mktemp("layouts") / "plans.db"
+    client = TestClient(create_app(Settings(database_url=f"sqlite:///{db}", max_time_limit_s=10)))
+    r = client.post("/v1/layouts", json={**SEED, "options": {"top_k": 3, "time_limit_s": 10}})
+    client.app.state.store.close()
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_ranked_best_first(seed_layouts):
+    layouts = seed_layouts["layouts"]
+    assert 1 <= len(layouts) <= 3
+    assert [e["rank"] for e in layouts] == list(range(1, len(layouts) + 1))
+    times = [e["step_time_s"] for e in layouts]
+    assert times == sorted(times)
+    assert seed_layouts["search"]["status"] in ("OPTIMAL", "FEASIBLE")
+    assert seed_layouts["limits"]["time_limit_s"] == 10
+
+
+def test_every_layout_fits_and_uses_the_cluster(seed_layouts):
+    for e in seed_layouts["layouts"]:
+        assert e["fits"] and e["memory_per_gpu_bytes"]["total"] <= 80e9
+        assert e["tp"] * e["pp"] * e["dp"] * e["cp"] == e["gpus"] == 512
+
+
+def test_launchers_match_each_layout(seed_layouts):
+    for e in seed_layouts["layouts"]:
+        meg = parse_megatron(e["launchers"]["megatron"]["args"])
+        assert meg["--tensor-model-parallel-size"] == e["tp"]
+        assert meg["--pipeline-model-parallel-size"] == e["pp"]
+        assert meg["--context-parallel-size"] == e["cp"]
+        assert meg["--micro-batch-size"] == e["micro_batch"]
+        assert meg["--global-batch-size"] == e["dp"] * e["micro_batch"] * e["grad_accum"]
+        assert ("--sequence-parallel" in meg) == e["sequence_parallel"]
+        titan = e["launchers"]["torchtitan"]
+        assert tomllib.loads(titan["toml"]) == titan["config"]
+        par = titan["config"]["parallelism"]
+        assert par["tensor_parallel_degree"] == e["tp"] and par["pipeline_parallel_degree"] == e["pp"]
+        assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == e["dp"]
+        ds = e["launchers"]["deepspeed"]["config"]
+        assert ds["zero_optimization"]["stage"] == e["zero_stage"]
+        assert ds["gradient_accumulation_steps"] == e["grad_accum"]
+
+
+def test_placement_covers_every_rank(seed_layouts):
+    for e in seed_layouts["layouts"]:
+        p = e["placement"]
+        assert p["world_size"] == e["gpus"] and len(p["ranks"]) == e["gpus"]
+        assert len({tuple(r) for r in p["ranks"]}) == e["gpus"]  # one rank per GPU
+        assert len(p["groups_of_rank0"]["tp"]) == e["tp"]
