@@ -5,9 +5,10 @@
    relax one (fewer GPUs, batch tolerance, TP across nodes, uneven stages) is re-solved.
 2. Memory: the memory limit is dropped and the per-GPU memory minimized; the lightest
    layout, re-evaluated by the cost model, gives the reason (needs X of Y usable bytes).
-3. Fixes, each a real search on the changed problem (so each is a layout the cost model
-   accepts): allow ZeRO-3 / full recompute when the options had excluded them; the fewest
-   GPUs (objective min_gpus on a larger cluster of the same nodes); the longest sequence
+3. Fixes, each a CP-SAT solve on the changed problem (fitting is a memory question, so the
+   tables are built without time columns) whose layout the cost model then accepts: allow
+   ZeRO-3 / full recompute when the options had excluded them; the fewest GPUs (GPU count
+   minimized on a cluster of the same nodes, up to 64x larger); the longest sequence
    (halving seq_len, same tokens per step); the smallest catalog GPU with more memory.
 """
 from __future__ import annotations
@@ -16,9 +17,9 @@ import math
 import time
 from typing import Any
 
-from solver.errors import InfeasibleError, SolverTimeoutError
 from solver.search.cpsat import LayoutModel, make_solver
 from solver.search.options import SearchOptions
+from solver.search.scaling import memory_floor
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 
@@ -75,16 +76,27 @@ def _family_text(model, cluster, training, core: list[str]) -> str:
 
 
 def lightest_layout(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
-    """The layout with the least per-GPU memory (memory limit dropped), re-evaluated."""
-    from solver.cost.estimate import estimate_layout
-    from solver.search.api import build, default_terms
+    """The layout with the least per-GPU memory (memory limit dropped), re-evaluated.
 
-    lm, st, _ = build(model, cluster, training, options, default_terms(cost_options), memory_limit=False)
-    lm.cp.minimize(st.memory)
-    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
-    if solver.status_name(solver.solve(lm.cp)) not in ("OPTIMAL", "FEASIBLE"):
+    CP-SAT minimizes the rows' memory parts (rounded down to MEMORY_UNIT_BYTES) over the
+    same two-table model without the fit constraints.
+    """
+    from solver.cost.estimate import estimate_layout
+    from solver.search.model import SearchModel, coefficients
+    from solver.search.terms import term_rows
+
+    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options)
+    if not rows.pipe_keys:
         return None
-    layout = lm.layout({f: solver.value(v) for f, v in lm.var.items()})
+    sm = SearchModel(rows, coefficients(rows, options.model_copy(update={"objective": "step_time"}),
+                                        training),
+                     range(len(rows.pipe_keys)), range(len(rows.shard_keys)), memory_limit=False)
+    sm.cp.minimize(sm.expr([memory_floor(b) for b in rows.pipe_memory],
+                           [memory_floor(b) for b in rows.shard_memory]))
+    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
+    if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
+        return None
+    layout = sm.layout(*sm.chosen(solver.boolean_value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
     return {"layout": layout.model_dump(), "memory_per_gpu_bytes": est.memory_per_gpu_bytes,
             "usable_bytes": _usable_bytes(cluster, cost_options)}
@@ -97,24 +109,42 @@ def _usable_bytes(cluster: ClusterSpec, cost_options) -> float:
     return cluster.gpu.memory_bytes * (1 - margin)
 
 
-def _try(model, cluster, training, options, cost_options) -> dict[str, Any] | None:
-    """The best layout of a changed problem, or None when it has none."""
-    from solver.search.api import search_layouts
+def fitting_layout(model, cluster, training, options: SearchOptions, cost_options=None,
+                   fewest_gpus: bool = False) -> dict[str, Any] | None:
+    """A layout that fits in memory (the fewest GPUs when asked), or None when none does.
 
-    try:
-        res = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
-                             cost_options=cost_options, explain=False)
-    except (InfeasibleError, SolverTimeoutError):
+    Fitting is a memory question only, so the cost tables are built without their time
+    columns (no communication terms, no topology queries). CP-SAT answers it on the same
+    two-table model; the layout found is re-evaluated by the cost model.
+    """
+    from solver.cost.estimate import estimate_layout
+    from solver.search.model import Coefficients, SearchModel, useful_rows
+    from solver.search.terms import term_rows
+
+    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False)
+    if not rows.pipe_keys:
         return None
-    return res.layouts[0].as_dict()
+    gpus = [k[0] * k[1] * k[2] * k[3] if fewest_gpus else 0 for k in rows.shard_keys]
+    coef = Coefficients([0] * len(rows.pipe_keys), gpus, 0.0, lambda lo, t: 0.0)
+    sm = SearchModel(rows, coef, *useful_rows(rows, coef))
+    sm.cp.minimize(sm.objective)
+    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
+    if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
+        return None
+    layout = sm.layout(*sm.chosen(solver.boolean_value))
+    est = estimate_layout(model, cluster, training, layout, cost_options)
+    if not est.fits:  # cannot happen: the fit test is the evaluator's own; kept as a guard
+        return None
+    return {**layout.model_dump(), "gpus": layout.gpus, "step_time_s": est.step_time_s,
+            "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]}}
 
 
 def fix_more_gpus(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
     """The fewest GPUs (same GPU and nodes, up to MORE_GPUS_FACTOR x) with a fitting layout."""
     nodes = min(cluster.nodes * MORE_GPUS_FACTOR, 10_000_000 // cluster.gpus_per_node)
     bigger = cluster.model_copy(update={"nodes": nodes, "unavailable_nodes": ()})
-    opts = options.model_copy(update={"objective": "min_gpus", "allow_fewer_gpus": True})
-    best = _try(model, bigger, training, opts, cost_options)
+    opts = options.model_copy(update={"allow_fewer_gpus": True})
+    best = fitting_layout(model, bigger, training, opts, cost_options, fewest_gpus=True)
     if best is None:
         return None
     return {"change": "more_gpus", "gpus": best["gpus"],
@@ -126,7 +156,7 @@ def fix_shorter_sequence(model, cluster, training, options, cost_options=None) -
     seq = training.seq_len // 2
     while seq >= MIN_SEQ_LEN and training.seq_len % seq == 0:
         shorter = training.model_copy(update={"seq_len": seq})
-        best = _try(model, cluster, shorter, options, cost_options)
+        best = fitting_layout(model, cluster, shorter, options, cost_options)
         if best is not None:
             return {"change": "shorter_sequence", "seq_len": seq, "layout": best}
         seq //= 2
@@ -141,7 +171,8 @@ def fix_bigger_gpu(model, cluster, training, options, cost_options=None) -> dict
     for gpu in gpus:
         if gpu.memory_gb <= cluster.gpu.memory_gb:
             continue
-        best = _try(model, cluster.model_copy(update={"gpu": gpu}), training, options, cost_options)
+        best = fitting_layout(model, cluster.model_copy(update={"gpu": gpu}), training, options,
+                              cost_options)
         if best is not None:
             return {"change": "bigger_gpu", "gpu": gpu.name, "memory_gb": gpu.memory_gb, "layout": best}
     return None
@@ -152,8 +183,8 @@ def fix_allow(model, cluster, training, options, cost_options, field: str, value
     current = getattr(options, field)
     if value in current:
         return None
-    best = _try(model, cluster, training, options.model_copy(update={field: current + (value,)}),
-                cost_options)
+    best = fitting_layout(model, cluster, training,
+                          options.model_copy(update={field: current + (value,)}), cost_options)
     return None if best is None else {"change": f"allow_{field}", "value": value, "layout": best}
 
 
@@ -170,7 +201,20 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         reason = (f"no layout fits in GPU memory: the lightest layout needs {need / 1e9:.1f} GB per "
                   f"GPU, {light['usable_bytes'] / 1e9:.1f} GB usable of {cluster.gpu.memory_gb:g} GB")
     args = (model, cluster, training, options, cost_options)
-    fixes = [f for f in (fix_allow(*args, "zero_stages", 3), fix_allow(*args, "recompute", "full"),
-                         fix_more_gpus(*args), fix_shorter_sequence(*args), fix_bigger_gpu(*args))
-             if f is not None]
-    return {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes}
+    tried = {"allow_zero_stages_3": lambda: fix_allow(*args, "zero_stages", 3),
+             "allow_recompute_full": lambda: fix_allow(*args, "recompute", "full"),
+             "more_gpus": lambda: fix_more_gpus(*args),
+             "shorter_sequence": lambda: fix_shorter_sequence(*args),
+             "bigger_gpu": lambda: fix_bigger_gpu(*args)}
+    fixes, none_found = [], []
+    for kind, attempt in tried.items():
+        if kind.startswith("allow_") and _already_allowed(options, kind):
+            continue
+        found = attempt()
+        (fixes.append(found) if found is not None else none_found.append(kind))
+    return {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes,
+            "no_fix_found": none_found}
+
+
+def _already_allowed(options: SearchOptions, kind: str) -> bool:
+    return (3 in options.zero_stages) if kind == "allow_zero_stages_3" else ("full" in options.recompute)

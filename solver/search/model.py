@@ -48,7 +48,9 @@ class TermRows:
     pipe_units / shard_units: integer time units (TIME_UNIT_S) of the two parts of the
     step time; error_units: largest |pipe + shard - exact step / unit| over layouts.
     fits(pipe_index, shard_index) -> bool: the cost model's memory verdict for a pair;
-    memory(pipe_index, shard_index) -> bytes (used to explain infeasibility).
+    memory(pipe_index, shard_index) -> bytes per GPU; pipe_memory / shard_memory: the
+    parts of it each row carries (their sum is memory up to float rounding), used to find
+    the lightest layout when nothing fits.
     """
 
     pipe_keys: list[tuple]
@@ -58,6 +60,8 @@ class TermRows:
     error_units: float
     fits: Callable[[int, int], bool]
     memory: Callable[[int, int], float]
+    pipe_memory: list[float]
+    shard_memory: list[float]
     _groups: dict | None = None
 
     def groups(self) -> dict[tuple, tuple[list[int], list[int], dict[int, list[int]]]]:

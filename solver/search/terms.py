@@ -88,8 +88,12 @@ class _Terms:
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
 
-def term_rows(lm: LayoutModel, cost_options: Any = None) -> TermRows:
-    """The two cost tables over the structurally valid rows of `lm` (see module docstring)."""
+def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True) -> TermRows:
+    """The two cost tables over the structurally valid rows of `lm` (see module docstring).
+
+    with_time=False leaves the time columns at 0: memory-only questions (what fits?) need
+    no communication terms, hence no topology queries, and build much faster.
+    """
     ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
     t = _Terms(ctx)
     keys, pipe, act = [], [], []
@@ -97,11 +101,12 @@ def term_rows(lm: LayoutModel, cost_options: Any = None) -> TermRows:
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         m, spb, rcn = accumulation(ctx.training, dp, mb), bool(sp), RECOMPUTE_NAMES[rc]
         keys.append(key)
-        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)))
+        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)) if with_time else 0)
         act.append(t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m))
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
-    shard_units = [time_int(t.dp_opt_s(tp, cp, dp, pp, z, mb)) for tp, pp, cp, dp, sp, z, mb in shards]
+    shard_units = [time_int(t.dp_opt_s(tp, cp, dp, pp, z, mb)) if with_time else 0
+                   for tp, pp, cp, dp, sp, z, mb in shards]
     rest = [t.memory_rest(tp, pp, cp, dp, bool(sp), z, mb) for tp, pp, cp, dp, sp, z, mb in shards]
     usable = usable_memory_bytes(ctx)
 
@@ -109,4 +114,4 @@ def term_rows(lm: LayoutModel, cost_options: Any = None) -> TermRows:
         return t.memory_total(rest[j], act[i])
 
     return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS,
-                    lambda i, j: memory(i, j) <= usable, memory)
+                    lambda i, j: memory(i, j) <= usable, memory, act, [sum(r) for r in rest])

@@ -93,5 +93,5 @@ def rows_builder(capacity_bytes):
         state = [state_bytes(m, tp, pp, dp, cp, z) for tp, pp, cp, dp, sp, z, mb in shards]
         return TermRows(keys, pipe, shards, sync, 1.0,
                         lambda i, j: state[j] + act[i] <= capacity_bytes,
-                        lambda i, j: state[j] + act[i])
+                        lambda i, j: state[j] + act[i], act, state)
     return build

@@ -1,0 +1,66 @@
+"""`trainplan search`: ranked parallel layouts from the CP-SAT search."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from service.cli import emit
+from service.commands.plan import require_training
+from solver.presets import load_model
+from topology.catalog import load_cluster
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("search", help="ranked layouts (CP-SAT, exact for the cost model)")
+    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
+    p.add_argument("--training", required=True, help="training preset name or JSON path")
+    p.add_argument("--top", type=int, default=10, help="distinct layouts to return (default 10)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
+    p.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    p.add_argument("--objective", choices=("step_time", "min_gpus", "min_gpus_deadline", "min_cost"),
+                   default="step_time", help="what to minimize")
+    p.add_argument("--deadline-s", type=float, default=None, help="run deadline for min_gpus_deadline")
+    p.add_argument("--allow-fewer-gpus", action="store_true", help="layouts may leave GPUs idle")
+    p.add_argument("--batch-tolerance", type=float, default=0.0,
+                   help="allowed relative miss of the global batch (default 0: exact)")
+    p.add_argument("--allow-tp-outside-node", action="store_true", help="TP may span nodes")
+    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    p.set_defaults(run=run)
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The SearchOptions fields given on the command line (validated by search_layouts)."""
+    return {"top_k": args.top, "time_limit_s": args.time_limit, "workers": args.workers,
+            "seed": args.seed, "objective": args.objective, "deadline_s": args.deadline_s,
+            "allow_fewer_gpus": args.allow_fewer_gpus, "batch_tolerance": args.batch_tolerance,
+            "allow_tp_outside_node": args.allow_tp_outside_node}
+
+
+def run(args: argparse.Namespace) -> int:
+    from solver.search import search_layouts
+
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    result = search_layouts(model, cluster, require_training(args.training), options_from_args(args))
+    emit(result.as_dict(), args.format, render_search)
+    return 0
+
+
+COLUMNS = ("rank", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage", "micro_batch",
+           "recompute", "grad_accum")
+
+
+def render_search(result: dict[str, Any]) -> str:
+    """Markdown: the search status line and one table row per layout."""
+    s = result["search"]
+    lines = [f"# Layout search ({s['objective']})", "",
+             f"Status **{s['status']}** in {s['seconds']:.3f} s ({s['solves']} CP-SAT solves, "
+             f"{s['evaluated']} layouts re-evaluated by the cost model; gap {s['gap']:.2%}).", ""]
+    head = list(COLUMNS) + ["step_time_s", "mfu", "memory_GB"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["layouts"]:
+        cells = [str(r[c]) for c in COLUMNS] + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
+                                                  f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
