@@ -80,9 +80,10 @@ async def _on_validation(_: Request, exc: RequestValidationError) -> JSONRespons
 async def _on_planner_error(_: Request, exc: PlannerError) -> JSONResponse:
     if isinstance(exc, InfeasibleError):
         return error_response(422, "infeasible", exc.message, exc.problems, exc.explanation)
-    if isinstance(exc, SolverTimeoutError):
-        return error_response(503, "solver_timeout", exc.message, exc.problems,
-                              headers={"Retry-After": "1"})
+    if isinstance(exc, SolverTimeoutError):  # a timeout is never "infeasible" (STYLE.md)
+        return error_response(503, "solver_timeout", exc.message + "; a larger "
+                              "options.time_limit_s (up to the server cap) may find one",
+                              exc.problems)
     problems = exc.problems or [Problem("", exc.message)]
     return error_response(422, "invalid_input", exc.message, problems)
 

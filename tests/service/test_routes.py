@@ -166,3 +166,27 @@ def test_routes_are_plain_def():
            if isinstance(r, APIRoute)]
     assert len(api) == 8
     assert not [r.path for r in api if inspect.iscoroutinefunction(r.endpoint)]
+
+
+@pytest.mark.parametrize("exc, status, kind", [
+    ("infeasible", 422, "infeasible"), ("timeout", 503, "solver_timeout"), ("bug", 500, "internal"),
+])
+def test_solver_outcomes_map_to_http(client, monkeypatch, exc, status, kind):
+    """The one handler's mapping, with the solver made to raise each outcome."""
+    from service.routers import solving
+    from topology.errors import InfeasibleError, SolverTimeoutError
+
+    errors = {"infeasible": InfeasibleError("no layout fits", {"fixes": [{"gpus": 1024}], "inf": float("inf")}),
+              "timeout": SolverTimeoutError("no layout found within 0.1 s"),
+              "bug": RuntimeError("secret internals")}
+
+    def boom(*args, **kwargs):
+        raise errors[exc]
+
+    monkeypatch.setattr(solving, "run_search", boom)
+    r = client.post("/v1/layouts", json=SEED)
+    assert r.status_code == status and r.json()["error"]["type"] == kind
+    if exc == "infeasible":  # non-finite numbers become null: the body stays valid JSON
+        assert r.json()["error"]["explanation"] == {"fixes": [{"gpus": 1024}], "inf": None}
+    if exc == "bug":
+        assert "secret" not in r.text
