@@ -36,7 +36,7 @@ class LayoutModel:
                  options: SearchOptions, explain: bool = False) -> None:
         self.spec, self.cluster, self.training, self.options = model, cluster, training, options
         self.cp = cp_model.CpModel()
-        self.dom: Domains = domains(model, cluster, training, options)
+        self.dom: Domains = domains(model, cluster, training, options, raw=explain)
         self.literals: dict[str, cp_model.IntVar] = {}
         self.explain = explain
         self.var: dict[str, cp_model.IntVar] = {}
@@ -84,9 +84,10 @@ class LayoutModel:
 
     # --- structural families -----------------------------------------------------------
     def _tensor(self) -> None:
-        """TP: sequence parallelism only with TP > 1 (heads/kv/node rules filter the domain)."""
+        """TP divides heads / kv heads, stays in a node; sequence parallelism needs TP > 1."""
         rows = [(t, s) for t in self.values["tp"] for s in self.values["sequence_parallel"]
-                if rules.sequence_parallel_ok(t, bool(s))]
+                if rules.sequence_parallel_ok(t, bool(s))
+                and rules.tensor_ok(self.spec, self.cluster, self.options, t)]
         self._allowed("tensor", ("tp", "sequence_parallel"), rows)
 
     def _pipeline(self) -> None:
@@ -96,7 +97,7 @@ class LayoutModel:
         self._allowed("pipeline", ("pp", "vpp"), rows)
 
     def _context(self) -> None:
-        """CP divides the sequence into 2 x cp chunks (domain already filtered; kept for cores)."""
+        """CP divides the sequence into 2 x cp chunks."""
         rows = [(c,) for c in self.values["cp"] if rules.context_ok(self.training, c)]
         self._allowed("context", ("cp",), rows)
 

@@ -6,8 +6,8 @@
 2. Memory: the memory limit is dropped and the per-GPU memory minimized; the lightest
    layout, re-evaluated by the cost model, gives the reason (needs X of Y usable bytes).
 3. Fixes, each a CP-SAT solve on the changed problem (fitting is a memory question, so the
-   tables are built without time columns) whose layout the cost model then accepts: allow
-   ZeRO-3 / full recompute when the options had excluded them; the fewest GPUs (GPU count
+   tables are built without time columns) whose layout the cost model then accepts: the
+   lightest excluded ZeRO stage / recompute level that fits, when the options excluded some; the fewest GPUs (GPU count
    minimized on a cluster of the same nodes, up to 64x larger); the longest sequence
    (halving seq_len, same tokens per step); the smallest catalog GPU with more memory.
 """
@@ -178,14 +178,17 @@ def fix_bigger_gpu(model, cluster, training, options, cost_options=None) -> dict
     return None
 
 
-def fix_allow(model, cluster, training, options, cost_options, field: str, value) -> dict | None:
-    """Allow an excluded ZeRO stage or recompute level, when the options had excluded it."""
+def fix_allow(model, cluster, training, options, cost_options, field: str, order: tuple) -> dict | None:
+    """The first excluded ZeRO stage / recompute level (lightest change first) that fits."""
     current = getattr(options, field)
-    if value in current:
-        return None
-    best = fitting_layout(model, cluster, training,
-                          options.model_copy(update={field: current + (value,)}), cost_options)
-    return None if best is None else {"change": f"allow_{field}", "value": value, "layout": best}
+    for value in order:
+        if value in current:
+            continue
+        best = fitting_layout(model, cluster, training,
+                              options.model_copy(update={field: current + (value,)}), cost_options)
+        if best is not None:
+            return {"change": f"allow_{field}", "value": value, "layout": best}
+    return None
 
 
 def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -201,8 +204,8 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         reason = (f"no layout fits in GPU memory: the lightest layout needs {need / 1e9:.1f} GB per "
                   f"GPU, {light['usable_bytes'] / 1e9:.1f} GB usable of {cluster.gpu.memory_gb:g} GB")
     args = (model, cluster, training, options, cost_options)
-    tried = {"allow_zero_stages_3": lambda: fix_allow(*args, "zero_stages", 3),
-             "allow_recompute_full": lambda: fix_allow(*args, "recompute", "full"),
+    tried = {"allow_zero_stages": lambda: fix_allow(*args, "zero_stages", (1, 2, 3)),
+             "allow_recompute": lambda: fix_allow(*args, "recompute", ("selective", "full")),
              "more_gpus": lambda: fix_more_gpus(*args),
              "shorter_sequence": lambda: fix_shorter_sequence(*args),
              "bigger_gpu": lambda: fix_bigger_gpu(*args)}
@@ -217,4 +220,6 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
 
 
 def _already_allowed(options: SearchOptions, kind: str) -> bool:
-    return (3 in options.zero_stages) if kind == "allow_zero_stages_3" else ("full" in options.recompute)
+    if kind == "allow_zero_stages":
+        return set(options.zero_stages) == {0, 1, 2, 3}
+    return set(options.recompute) == {"none", "selective", "full"}

@@ -39,9 +39,10 @@ class SearchOptions(StrictModel):
     allow_uneven_pipeline: bool = Field(
         default=True, description="Pipeline stages may hold different numbers of layers.")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
-        default=(0, 1, 2, 3), min_length=1, description="ZeRO stages the search may use.")
+        default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
+        description="ZeRO stages the search may use.")
     recompute: tuple[RecomputeLevel, ...] = Field(
-        default=("none", "selective", "full"), min_length=1,
+        default=("none", "selective", "full"), min_length=1, strict=False,
         description="Activation-recompute levels the search may use.")
     max_micro_batch: int = Field(default=8, ge=1, le=1024, description="Largest micro-batch, sequences.")
     max_vpp: int = Field(default=8, ge=1, le=64, description="Largest interleaving (virtual stages per rank).")

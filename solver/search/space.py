@@ -45,8 +45,11 @@ def _degree_values(cluster: ClusterSpec, options: SearchOptions, upper: int) -> 
     return [d for d in divisors(g) if d <= upper]
 
 
-def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions) -> list[int]:
-    """DP degrees for which some micro-batch meets the batch rule."""
+def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
+               raw: bool) -> list[int]:
+    """DP degrees for which some micro-batch meets the batch rule (all degrees when raw)."""
+    if raw:
+        return _degree_values(cluster, options, cluster.available_gpus)
     seqs_max = int(training.global_batch_tokens * (1 + options.batch_tolerance)) // training.seq_len
     cands = _degree_values(cluster, options, max(1, seqs_max))
     mbs = range(1, options.max_micro_batch + 1)
@@ -54,18 +57,24 @@ def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOpti
 
 
 def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-            options: SearchOptions) -> Domains:
-    """Per-field domains (each value is valid for its own field's rules)."""
+            options: SearchOptions, raw: bool = False) -> Domains:
+    """Per-field domains (each value is valid for its own field's rules).
+
+    raw=True keeps values that break their own family's rule (for explanations: the
+    family's constraint, not the domain, then rejects them and can appear in a core).
+    """
     g = cluster.available_gpus
-    tps = [t for t in _degree_values(cluster, options, min(model.heads, g))
-           if rules.tensor_ok(model, cluster, options, t)]
-    pps = _degree_values(cluster, options, model.layers)
+    raw = raw and not options.gpus_may_vary  # raw ranges of a varying GPU count are too large
+    tps = [t for t in _degree_values(cluster, options, g if raw else min(model.heads, g))
+           if raw or rules.tensor_ok(model, cluster, options, t)]
+    pps = _degree_values(cluster, options, g if raw else model.layers)
     vpps = [v for v in range(1, options.max_vpp + 1)
-            if any(rules.pipeline_ok(model, options, p, v) for p in pps)]
-    cps = [c for c in _degree_values(cluster, options, options.max_cp) if rules.context_ok(training, c)]
+            if raw or any(rules.pipeline_ok(model, options, p, v) for p in pps)]
+    cps = [c for c in _degree_values(cluster, options, options.max_cp)
+           if raw or rules.context_ok(training, c)]
     return Domains(
         tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps),
-        dp=tuple(_dp_values(cluster, training, options)),
+        dp=tuple(_dp_values(cluster, training, options, raw)),
         micro_batch=tuple(range(1, options.max_micro_batch + 1)),
         zero_stage=tuple(sorted(options.zero_stages)), recompute=tuple(options.recompute))
 
