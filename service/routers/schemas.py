@@ -40,7 +40,7 @@ class ProblemIn(_Body):
 
     model: Any = _spec_field("Model (native fields or a Hugging Face config.json)", example="seed-70b")
     cluster: Any = _spec_field("Cluster (its 'gpu' may name a GPU preset)", example="seed-512")
-    training: Any = _spec_field("Training run", default="seed-300b", example="seed-300b")
+    training: Any = _spec_field("Training run (tokens, seq_len, global_batch_tokens)", example="seed-300b")
 
 
 class SearchIn(ProblemIn):

@@ -27,16 +27,16 @@ def test_malformed_json_is_422_on_body(client, path):
 
 @pytest.mark.parametrize("path", ROUTES)
 def test_missing_fields_are_named(client, path):
-    r = client.post(path, json={"training": "seed-300b"})
+    r = client.post(path, json={"options": {}} if path != "/v1/estimate" else {})
     assert r.status_code == 422
     fields = problems(r)
-    assert fields["model"] == "required field is missing"
-    assert fields["cluster"] == "required field is missing"
+    for name in ("model", "cluster", "training"):
+        assert fields[name] == "required field is missing"
 
 
 def test_all_spec_problems_reported_together(client):
     bad_model = {**SEED_MODEL, "layers": -1}
-    r = client.post("/v1/estimate", json={"model": bad_model, "cluster": "nope",
+    r = client.post("/v1/estimate", json={"model": bad_model, "cluster": "nope", "training": "seed-300b",
                                           "layout": {**SEED_LAYOUT, "zero_stage": 7}})
     assert r.status_code == 422
     fields = problems(r)
@@ -47,6 +47,7 @@ def test_all_spec_problems_reported_together(client):
 
 @pytest.mark.parametrize("body, field", [
     ({"model": {**SEED_MODEL, "hidden": 0}, "cluster": "seed-512"}, "model.hidden"),
+    ({"model": "seed-70b", "cluster": "seed-512", "training": None}, "training"),
     ({"model": {**SEED_MODEL, "layers": 10**12}, "cluster": "seed-512"}, "model.layers"),
     ({"model": {**SEED_MODEL, "heads": "64"}, "cluster": "seed-512"}, "model.heads"),
     ({"model": {**SEED_MODEL, "layers": 80.5}, "cluster": "seed-512"}, "model.layers"),
@@ -72,7 +73,7 @@ def test_all_spec_problems_reported_together(client):
 ])
 @pytest.mark.parametrize("path", ("/v1/plans", "/v1/layouts"))
 def test_bad_values_name_their_field(client, path, body, field):
-    r = client.post(path, json=body)
+    r = client.post(path, json={"training": "seed-300b", **body})
     assert r.status_code == 422, r.text
     assert field in problems(r), r.text
 
@@ -97,8 +98,9 @@ def test_nan_and_infinity_literals_are_rejected(client):
     raw = raw.replace("4194304", "NaN").encode()
     r = _post_raw(client, "/v1/plans", raw)
     assert 400 <= r.status_code < 500 and problems(r)
-    r = client.post("/v1/layouts", content=b'{"model": "seed-70b", "cluster": "seed-512", '
-                    b'"options": {"time_limit_s": Infinity}}', headers={"content-type": "application/json"})
+    r = client.post("/v1/layouts", content=b'{"model": "seed-70b", "cluster": "seed-512", "training": '
+                    b'"seed-300b", "options": {"time_limit_s": Infinity}}',
+                    headers={"content-type": "application/json"})
     assert r.status_code == 422 and "options.time_limit_s" in problems(r)
 
 

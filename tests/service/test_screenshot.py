@@ -13,7 +13,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="no /usr/bin/chromium here")
 def test_report_screenshot(client, tmp_path: Path):
-    created = client.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512"})
+    created = client.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"})
     assert created.status_code == 201, created.text
     page = tmp_path / "report.html"
     page.write_text(client.get(created.json()["links"]["report"]).text)

@@ -39,7 +39,7 @@ def test_real_http_round_trip(live_server):
     base, _ = live_server
     with httpx.Client(base_url=base, timeout=30, trust_env=False) as http:
         assert http.get("/healthz").json() == {"status": "ok"}
-        created = http.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512"})
+        created = http.post("/v1/plans", json={"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"})
         assert created.status_code == 201, created.text
         plan_id = created.json()["id"]
         assert http.get(f"/v1/plans/{plan_id}").json()["id"] == plan_id
