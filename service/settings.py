@@ -42,6 +42,8 @@ class Settings(BaseModel):
     queue_wait_s: float = Field(
         default=0.5, ge=0, description="How long a request waits for a solve slot before 503.")
     max_top_k: int = Field(default=20, ge=1, description="Most layouts one request may ask for.")
+    max_solver_workers: int = Field(
+        default=2, ge=1, description="Cap on a request's CP-SAT workers (options.workers).")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":

@@ -16,8 +16,8 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
     """Validate options and apply the server's caps; returns (SearchOptions, limits applied).
 
     time_limit_s defaults to settings.default_time_limit_s and is capped at
-    settings.max_time_limit_s (the response says so); top_k above settings.max_top_k is a
-    422. Raises: SpecError.
+    settings.max_time_limit_s, workers at settings.max_solver_workers (the response's
+    `limits` says so); top_k above settings.max_top_k is a 422. Raises: SpecError.
     """
     from solver.search.options import SearchOptions
     from topology.spec import parse_spec
@@ -29,9 +29,10 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
                         [Problem("options.top_k", f"at most {settings.max_top_k} on this server")])
     asked = opts.time_limit_s if "time_limit_s" in raw else settings.default_time_limit_s
     applied = min(asked, settings.max_time_limit_s)
-    opts = opts.model_copy(update={"time_limit_s": applied})
+    workers = min(opts.workers, settings.max_solver_workers)
+    opts = opts.model_copy(update={"time_limit_s": applied, "workers": workers})
     return opts, {"time_limit_s": applied, "time_limit_cap_s": settings.max_time_limit_s,
-                  "time_limit_capped": asked > settings.max_time_limit_s}
+                  "time_limit_capped": asked > settings.max_time_limit_s, "workers": workers}
 
 
 def run_search(model, cluster, training, options) -> dict[str, Any]:

@@ -77,9 +77,10 @@ def test_plan_create_get_and_report(client):
 
 
 def test_plan_time_limit_is_capped(client):
-    r = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 999, "top_k": 2}})
+    r = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 999, "top_k": 2, "workers": 16}})
     assert r.status_code == 201, r.text
-    assert r.json()["limits"] == {"time_limit_s": 5.0, "time_limit_cap_s": 5.0, "time_limit_capped": True}
+    assert r.json()["limits"] == {"time_limit_s": 5.0, "time_limit_cap_s": 5.0,
+                                  "time_limit_capped": True, "workers": 2}
 
 
 @pytest.mark.parametrize("path", ("/v1/plans/0123456789abcdef0123456789abcdef",
