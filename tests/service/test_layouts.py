@@ -70,3 +70,17 @@ def test_placement_covers_every_rank(seed_layouts):
         assert p["world_size"] == e["gpus"] and len(p["ranks"]) == e["gpus"]
         assert len({tuple(r) for r in p["ranks"]}) == e["gpus"]  # one rank per GPU
         assert len(p["groups_of_rank0"]["tp"]) == e["tp"]
+
+
+def test_unavailable_nodes_get_no_rank(client):
+    """Two nodes down: every returned layout is placed on the other 62 nodes only."""
+    from service.routers.schemas import SEED_CLUSTER
+
+    cluster = {**SEED_CLUSTER, "unavailable_nodes": [3, 17]}
+    r = client.post("/v1/layouts", json={**SEED, "cluster": cluster,
+                                         "options": {"top_k": 2, "time_limit_s": 5}})
+    assert r.status_code == 200, r.text
+    for e in r.json()["layouts"]:
+        nodes = set(e["placement"]["nodes"])
+        assert nodes.isdisjoint({3, 17}) and len(nodes) * 8 >= e["gpus"]
+        assert {n for n, _ in e["placement"]["ranks"]} == nodes
