@@ -50,8 +50,10 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     rows = rows_builder(LayoutModel(model, cluster, training, options))
     if not rows.pipe_keys or not rows.shard_keys:
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
+    phases = {"tables_s": time.perf_counter() - t0}
     coef = coefficients(rows, options, training)
     best = optimize(rows, coef, options, deadline)
+    phases["optimize_s"] = time.perf_counter() - t0 - phases["tables_s"]
     if best.value is None and best.status != "INFEASIBLE":
         raise SolverTimeoutError(f"no layout found within {options.time_limit_s} s (status {best.status})")
     win = ranked_window(rows, coef, best.value, options, deadline, evaluator) if best.value is not None else None
@@ -59,7 +61,10 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         if win is not None and not win.complete:
             raise SolverTimeoutError(f"no fitting layout confirmed within {options.time_limit_s} s")
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
-    return _result(training, options, win, best, coef, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    phases["window_s"] = seconds - phases["tables_s"] - phases["optimize_s"]
+    phases["rows"] = {"pipeline": len(rows.pipe_keys), "shard": len(rows.shard_keys)}
+    return _result(training, options, win, best, coef, seconds, phases)
 
 
 def _raise_infeasible(model, cluster, training, options, cost_options, explain: bool) -> None:
@@ -71,7 +76,7 @@ def _raise_infeasible(model, cluster, training, options, cost_options, explain: 
     raise InfeasibleError(explanation.get("reason", "no layout fits"), explanation)
 
 
-def _result(training, options: SearchOptions, win, best, coef, seconds: float) -> SearchResult:
+def _result(training, options: SearchOptions, win, best, coef, seconds: float, phases) -> SearchResult:
     top = win.good[: options.top_k]
     proven = best.status == "OPTIMAL" and win.complete
     best_exact = coef.exact(top[0].layout, top[0].estimate.step_time_s)
@@ -82,4 +87,4 @@ def _result(training, options: SearchOptions, win, best, coef, seconds: float) -
                for i, e in enumerate(top)]
     notes = [f"objective in units of {TIME_UNIT_S} s", f"{len(win.seen)} layouts re-evaluated"]
     return SearchResult(layouts, "OPTIMAL" if proven else "FEASIBLE", seconds, options.objective,
-                        bound, gap, win.solves + 1, len(win.seen), None, notes)
+                        bound, gap, win.solves + 1, len(win.seen), None, notes, phases)

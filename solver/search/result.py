@@ -47,6 +47,7 @@ class SearchResult:
     evaluated: int = 0
     explanation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    phases: dict[str, Any] = field(default_factory=dict)  # seconds per phase, row counts
 
     @property
     def best(self) -> RankedLayout | None:
@@ -57,6 +58,6 @@ class SearchResult:
             "layouts": [r.as_dict() for r in self.layouts],
             "search": {"status": self.status, "seconds": self.seconds, "objective": self.objective,
                        "bound_units": self.bound_units, "gap": self.gap, "solves": self.solves,
-                       "evaluated": self.evaluated, "notes": self.notes},
+                       "evaluated": self.evaluated, "notes": self.notes, "phases": self.phases},
             "explanation": self.explanation,
         }

@@ -1,0 +1,70 @@
+"""Search latency: the seed problem (top-10), a 16,384-GPU and a ~100,000-GPU cluster, and
+CP-SAT against the exhaustive oracle. Prints JSON (medians of repeats, cold first call too).
+
+Run: `python -m benchmarks.search [--repeats N] [--skip-large]`. Not part of the test gate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from solver.presets import load_model, load_training
+from solver.search import exhaustive_search, search_layouts
+from solver.specs import TrainingSpec
+from topology.catalog import load_cluster
+
+
+def timed(fn, repeats: int) -> dict:
+    """First (cold: empty topology and cost caches) and median of the warm repeats, seconds."""
+    out, times = None, []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return {"cold_s": times[0], "warm_median_s": statistics.median(times[1:]), "warm_s": times[1:],
+            "result": out}
+
+
+def case(model, cluster, training, repeats: int, top_k: int = 10) -> dict:
+    t = timed(lambda: search_layouts(model, cluster, training, {"top_k": top_k}), repeats)
+    res = t.pop("result")
+    best = res.layouts[0]
+    return {**t, "gpus": cluster.gpus, "status": res.status, "solves": res.solves,
+            "evaluated": res.evaluated, "phases_last_s": res.phases,
+            "best": {**best.layout.model_dump(), "step_time_s": best.estimate.step_time_s,
+                     "mfu": best.estimate.mfu}}
+
+
+def seed_vs_exhaustive(model, cluster, training) -> dict:
+    t0 = time.perf_counter()
+    ex = exhaustive_search(model, cluster, training)
+    ex_s = time.perf_counter() - t0
+    res = search_layouts(model, cluster, training, {"top_k": 10})
+    same = [round(e.objective_units) for e in ex[:10]] == [round(r.objective_units) for r in res.layouts]
+    return {"exhaustive_s": ex_s, "exhaustive_layouts_fitting": len(ex), "cpsat_warm_s": res.seconds,
+            "top10_objectives_equal": same}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--skip-large", action="store_true", help="only the seed cases")
+    args = ap.parse_args()
+    model, cluster, training = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
+    out = {"seed_top10": case(model, cluster, training, args.repeats)}
+    out["seed_cpsat_vs_exhaustive"] = seed_vs_exhaustive(model, cluster, training)
+    if not args.skip_large:
+        big_batch = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2048, tokens=15e12)
+        c16k = cluster.model_copy(update={"name": "seed-16384", "nodes": 2048})
+        out["gpus_16384_top10"] = case(model, c16k, big_batch, 2)
+        # 100,000 = 2^5 x 5^5 has no tp x pp x cp x dp split for a <= 126-layer model and a
+        # power-of-two batch, so the ~100k case is 12,288 nodes x 8 = 98,304 GPUs (2^15 x 3).
+        c98k = cluster.model_copy(update={"name": "seed-98304", "nodes": 12288})
+        out["gpus_98304_top10"] = case(load_model("llama3-405b"), c98k, big_batch, 2)
+    print(json.dumps(out, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The CP-SAT cost tables agree with the cost model (solver.cost.estimate) layout by layout.
+
+Step time: pipeline units + shard units is within the tables' rounding bound (1 us) of
+estimate_layout's step_time_s; memory: the same total and the same `fits` verdict.
+"""
+import random
+
+import pytest
+
+from solver.cost.estimate import estimate_layout
+from solver.search.cpsat import LayoutModel
+from solver.search.model import layout_of
+from solver.search.options import SearchOptions
+from solver.search.scaling import TIME_UNIT_S
+from solver.search.terms import term_rows
+from tests.search.problems import binding_cluster, tiny_model, tiny_training
+
+
+def check_pairs(model, cluster, training, samples=150, seed=0):
+    rows = term_rows(LayoutModel(model, cluster, training, SearchOptions()))
+    pairs = [(i, j) for pipes, shards, _ in rows.groups().values() for i in pipes for j in shards]
+    rng = random.Random(seed)
+    fit_seen = set()
+    for i, j in rng.sample(pairs, min(samples, len(pairs))):
+        layout = layout_of(rows.pipe_keys[i], rows.shard_keys[j])
+        est = estimate_layout(model, cluster, training, layout)
+        units = rows.pipe_units[i] + rows.shard_units[j]
+        assert abs(units - est.step_time_s / TIME_UNIT_S) <= rows.error_units, layout
+        assert rows.memory(i, j) == pytest.approx(est.memory_per_gpu_bytes["total"], rel=1e-12)
+        assert rows.fits(i, j) == est.fits
+        fit_seen.add(est.fits)
+    return fit_seen
+
+
+def test_seed_tables_match_the_cost_model(seed_model, seed_cluster, seed_training):
+    assert check_pairs(seed_model, seed_cluster, seed_training) == {True, False}
+
+
+def test_small_tables_match_the_cost_model():
+    model = tiny_model(6, 8, 2, 64, 4, True)
+    cluster = binding_cluster(model, 2, 4, 0.6)
+    assert check_pairs(model, cluster, tiny_training(1024, 16), samples=300) == {True, False}
