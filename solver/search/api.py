@@ -11,7 +11,7 @@ from solver.search.exhaustive import evaluate
 from solver.search.model import TermRows, coefficients
 from solver.search.options import SearchOptions
 from solver.search.result import RankedLayout, SearchResult
-from solver.search.rules import accumulation
+from solver.search.rules import accumulation, pipeline_split
 from solver.search.scaling import TIME_UNIT_S
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec, parse_spec
@@ -64,7 +64,7 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     seconds = time.perf_counter() - t0
     phases["window_s"] = seconds - phases["tables_s"] - phases["optimize_s"]
     phases["rows"] = {"pipeline": len(rows.pipe_keys), "shard": len(rows.shard_keys)}
-    return _result(training, options, win, best, coef, seconds, phases)
+    return _result(training, options, win, best, coef, seconds, phases, model.layers)
 
 
 def _raise_infeasible(model, cluster, training, options, cost_options, explain: bool) -> None:
@@ -76,15 +76,71 @@ def _raise_infeasible(model, cluster, training, options, cost_options, explain: 
     raise InfeasibleError(explanation.get("reason", "no layout fits"), explanation)
 
 
-def _result(training, options: SearchOptions, win, best, coef, seconds: float, phases) -> SearchResult:
+def _result(training, options: SearchOptions, win, best, coef, seconds: float, phases,
+            layers: int) -> SearchResult:
     top = win.good[: options.top_k]
     proven = best.status == "OPTIMAL" and win.complete
     best_exact = coef.exact(top[0].layout, top[0].estimate.step_time_s)
     bound = best_exact if proven else (best.bound - coef.error_units)
     gap = 0.0 if proven else max(0.0, (best_exact - bound) / max(abs(best_exact), 1e-12))
     layouts = [RankedLayout(i + 1, e.layout, e.estimate, e.objective_units,
-                            accumulation(training, e.layout.dp, e.layout.micro_batch))
+                            accumulation(training, e.layout.dp, e.layout.micro_batch),
+                            pipeline_split(layers, e.layout.pp, e.layout.vpp))
                for i, e in enumerate(top)]
     notes = [f"objective in units of {TIME_UNIT_S} s", f"{len(win.seen)} layouts re-evaluated"]
     return SearchResult(layouts, "OPTIMAL" if proven else "FEASIBLE", seconds, options.objective,
                         bound, gap, win.solves + 1, len(win.seen), None, notes, phases)
+
+
+def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                 options: SearchOptions | dict | None = None) -> tuple[dict, list[dict]]:
+    """The layout section for solver.plan.build_plan(rank_layouts=plan_layouts).
+
+    Returns (search summary, layouts best first); each layout dict carries the layout
+    fields, gpus, step_time_s, mfu, fits, memory_per_gpu_bytes (by component, with
+    model_state and total) and memory_free_bytes (capacity minus the predicted total).
+    Raises: InfeasibleError (with the explanation) when nothing fits.
+    """
+    res = search_layouts(model, cluster, training, options)
+    layouts = []
+    for r in res.layouts:
+        d = r.as_dict()
+        d.pop("estimate")
+        d["memory_per_gpu_bytes"] = dict(r.estimate.memory_per_gpu_bytes)
+        d["memory_free_bytes"] = cluster.gpu.memory_bytes - d["memory_per_gpu_bytes"]["total"]
+        layouts.append(d)
+    summary = {"method": "CP-SAT search, exact for the cost model", **res.as_dict()["search"]}
+    return summary, layouts
+
+
+def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout,
+                options: SearchOptions | dict | None = None, cost_options: Any = None) -> dict:
+    """Where one layout (e.g. the seed's TP8 + ZeRO-1) ranks among all fitting layouts.
+
+    Counts the fitting layouts whose tabulated step-time objective is below the layout's
+    (exact within the tables' 1 us rounding: `rank` is a range when layouts lie within it).
+    Returns rank_min/rank_max (1 = best), fitting layout count, its estimate and the gap to
+    the best layout. Raises: SpecError when the layout does not fit the model or cluster.
+    """
+    from solver.cost.estimate import estimate_layout
+
+    options = parse_spec(SearchOptions, options or {}, "options")
+    est = estimate_layout(model, cluster, training, layout, cost_options)
+    rows = default_rows(cost_options)(LayoutModel(model, cluster, training, options))
+    coef = coefficients(rows, options, training)
+    mine = coef.exact(layout, est.step_time_s)
+    err = coef.error_units + 1.0
+    below = near = fitting = 0
+    for pipes, shards, fit in rows.groups().values():
+        for j in shards:
+            for i in fit[j]:
+                v = coef.pipe[i] + coef.shard[j]
+                fitting += 1
+                below += v < mine - err
+                near += mine - err <= v <= mine + err
+    best = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
+                          cost_options=cost_options).layouts[0]
+    return {"rank_min": below + 1, "rank_max": below + max(near, 1), "fitting_layouts": fitting,
+            "fits": est.fits, "step_time_s": est.step_time_s, "mfu": est.mfu,
+            "best_step_time_s": best.estimate.step_time_s,
+            "slower_than_best": est.step_time_s / best.estimate.step_time_s - 1.0}

@@ -78,3 +78,29 @@ def batch_ok(training: TrainingSpec, options: SearchOptions, dp: int, micro_batc
     tokens = batch_plan(training, dp, micro_batch).tokens_per_step
     miss = abs(tokens - training.global_batch_tokens)
     return miss <= options.batch_tolerance * training.global_batch_tokens
+
+
+def pipeline_split(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """Transformer layers per pipeline stage (rank), as the cost model assumes them.
+
+    The cost model charges the busiest rank ceil(L / (pp vpp)) x vpp layers
+    (solver.cost.terms.layers_on_rank). With an uneven split the missing layers are taken
+    from the two ends alternately, last stage first (it also runs the LM head and loss),
+    then the first (it runs the embedding), as in Llama 3 (Dubey et al. 2024, sec. 3.3.2).
+    Interleaved schedules split evenly (pipeline_ok requires it).
+    """
+    per = -(-layers // (pp * vpp)) * vpp
+    split = [per] * pp
+    deficit, ends = per * pp - layers, []
+    for k in range(pp // 2 + 1):
+        ends += [pp - 1 - k, k] if pp - 1 - k != k else [k]
+    while deficit > 0:
+        moved = False
+        for s in ends:
+            if deficit and split[s] > 1:
+                split[s] -= 1
+                deficit -= 1
+                moved = True
+        if not moved:
+            break
+    return tuple(split)

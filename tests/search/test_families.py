@@ -72,3 +72,17 @@ def test_batch_family():
     core = structural_core(one, tiny_cluster(1, 2, 80), tiny_training(6, 1), O)
     assert "batch" in core or "context" in core
     assert structural_core(one, tiny_cluster(1, 2, 80), tiny_training(6, 2), O) is None
+
+
+def test_pipeline_split_matches_the_cost_models_busiest_rank():
+    from solver.cost.terms import layers_on_rank
+
+    for layers in range(1, 130, 7):
+        for pp in range(1, min(layers, 40) + 1):
+            split = rules.pipeline_split(layers, pp, 1)
+            assert sum(split) == layers and min(split) >= 1 and len(split) == pp
+            assert max(split) == layers_on_rank(layers, pp, 1)
+            if pp > 2:   # the embedding and LM-head stages never carry more than a middle one
+                assert split[0] <= max(split[1:-1]) and split[-1] <= max(split[1:-1])
+    assert rules.pipeline_split(126, 16, 1) == (7,) + (8,) * 14 + (7,)   # Llama 3 405B on pp 16
+    assert rules.pipeline_split(80, 4, 5) == (20, 20, 20, 20)

@@ -72,3 +72,16 @@ def test_cli_infeasible_exits_3_with_reason(capsys, tmp_path):
     assert main(args) == 3
     err = capsys.readouterr().err
     assert "lightest layout needs" in err and '"more_gpus"' in err
+
+
+def test_layout_rank_counts_like_the_oracle():
+    from solver.search.api import layout_rank
+    from tests.search.problems import tiny_model, tiny_training
+
+    model = tiny_model(6, 8, 2, 64, 4, True)
+    cluster, training = binding_cluster(model, 2, 4, 0.6), tiny_training(1024, 16)
+    ranked = exhaustive_search(model, cluster, training)
+    pick = ranked[len(ranked) // 2]
+    got = layout_rank(model, cluster, training, pick.layout)
+    better = sum(e.objective_units < pick.objective_units for e in ranked)
+    assert got["rank_min"] <= better + 1 <= got["rank_max"] and got["fitting_layouts"] == len(ranked)
