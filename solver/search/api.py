@@ -44,13 +44,13 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     """
     options = parse_spec(SearchOptions, options or {}, "options")
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
     rows_builder = rows_builder or default_rows(cost_options)
     evaluator = evaluator or default_evaluator(model, cluster, training, options, cost_options)
     rows = rows_builder(LayoutModel(model, cluster, training, options))
     if not rows.pipe_keys or not rows.shard_keys:
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
     phases = {"tables_s": time.perf_counter() - t0}
+    deadline = time.perf_counter() + options.time_limit_s  # the solver's budget, after the tables
     coef = coefficients(rows, options, training)
     best = optimize(rows, coef, options, deadline)
     phases["optimize_s"] = time.perf_counter() - t0 - phases["tables_s"]

@@ -106,11 +106,15 @@ def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec)
              for g in map(shard_group, rows.shard_keys)}
     if kind == "min_cost":
         mult = {g: g[0] * g[1] * g[2] * g[3] * n for g, n in steps.items()}
+        # GPU-time in GPU-microseconds can pass int64 on large runs: divide by `div` so the
+        # largest objective stays below 2^52 (each coefficient then rounds once more).
+        top = max(mult.values()) * (max(rows.pipe_units) + max(rows.shard_units))
+        div = max(1, math.ceil(top / 2**52))
         return Coefficients(
-            [mult[pipe_group(k)] * u for k, u in zip(rows.pipe_keys, rows.pipe_units)],
-            [mult[shard_group(k)] * u for k, u in zip(rows.shard_keys, rows.shard_units)],
-            rows.error_units * max(mult.values()),
-            lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S)
+            [round(mult[pipe_group(k)] * u / div) for k, u in zip(rows.pipe_keys, rows.pipe_units)],
+            [round(mult[shard_group(k)] * u / div) for k, u in zip(rows.shard_keys, rows.shard_units)],
+            rows.error_units * max(mult.values()) / div + (1.0 if div > 1 else 0.0),
+            lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S / div)
     weight = max(rows.pipe_units) + max(rows.shard_units) + 1  # GPUs first, then step time
     deadline = None
     if kind == "min_gpus_deadline":

@@ -19,7 +19,9 @@ class SearchOptions(StrictModel):
 
     top_k: int = Field(default=10, ge=1, le=1000, description="Distinct layouts to return, best first.")
     time_limit_s: float = Field(
-        default=10.0, gt=0, le=3600, description="Wall-clock limit of each CP-SAT solve, seconds.")
+        default=10.0, gt=0, le=3600,
+        description="Wall-clock budget of the CP-SAT solves (all of them together), seconds. "
+                    "Building the cost tables comes before it and is not counted.")
     workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers (num_workers).")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="CP-SAT random seed.")
     objective: Objective = Field(
