@@ -47,14 +47,16 @@ def run_search(model, cluster, training, options) -> dict[str, Any]:
 
 
 def run_plan(model, cluster, training, options) -> dict[str, Any]:
-    """The full plan (solver.plan.build_plan), searched with `options` when it takes them."""
-    import inspect
+    """The full plan (solver.plan.build_plan) with its layout section from the CP-SAT search
+    (solver.search.api.plan_layouts) under this request's options and the server's limits.
 
+    Raises: InfeasibleError, SpecError, SolverTimeoutError.
+    """
     from solver.plan import build_plan
+    from solver.search.api import plan_layouts
 
-    if "options" in inspect.signature(build_plan).parameters:
-        return build_plan(model, cluster, training, options=options)
-    return build_plan(model, cluster, training)
+    return build_plan(model, cluster, training,
+                      rank_layouts=lambda m, c, t: plan_layouts(m, c, t, options))
 
 
 def run_estimate(model, cluster, training, layout) -> dict[str, Any]:

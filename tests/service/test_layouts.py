@@ -84,3 +84,17 @@ def test_unavailable_nodes_get_no_rank(client):
         nodes = set(e["placement"]["nodes"])
         assert nodes.isdisjoint({3, 17}) and len(nodes) * 8 >= e["gpus"]
         assert {n for n, _ in e["placement"]["ranks"]} == nodes
+
+
+def test_nothing_fits_is_422_with_explanation(client):
+    """405B parameters x 12 bytes of model state (about 4.9 TB) cannot fit 8 x 80 GB."""
+    from service.routers.schemas import SEED_CLUSTER
+    from tests.service.conftest import problems
+
+    cluster = {**SEED_CLUSTER, "nodes": 1}
+    r = client.post("/v1/layouts", json={"model": "llama3-405b", "cluster": cluster,
+                                         "training": "seed-300b", "options": {"time_limit_s": 5}})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["type"] == "infeasible" and err["explanation"]
+    problems(r)
