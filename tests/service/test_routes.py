@@ -191,3 +191,11 @@ def test_solver_outcomes_map_to_http(client, monkeypatch, exc, status, kind):
         assert r.json()["error"]["explanation"] == {"fixes": [{"gpus": 1024}], "inf": None}
     if exc == "bug":
         assert "secret" not in r.text
+
+
+def test_plan_nothing_fits_is_422_and_not_stored(client):
+    cluster = {**SEED_CLUSTER, "nodes": 1}
+    r = client.post("/v1/plans", json={**SEED, "model": "llama3-405b", "cluster": cluster,
+                                       "options": {"time_limit_s": 5}})
+    assert r.status_code == 422 and r.json()["error"]["type"] == "infeasible", r.text
+    assert "location" not in r.headers
