@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from ortools.sat.python import cp_model
 
