@@ -197,6 +197,9 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     structural = _structural(model, cluster, training, options)
     if structural is not None:
         return structural
+    if options.objective == "min_gpus_deadline" and fitting_layout(model, cluster, training, options,
+                                                                   cost_options) is not None:
+        return _deadline(model, cluster, training, options, cost_options)
     light = lightest_layout(model, cluster, training, options, cost_options)
     reason = "no layout fits in GPU memory"
     if light is not None:
@@ -217,6 +220,21 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         (fixes.append(found) if found is not None else none_found.append(kind))
     return {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes,
             "no_fix_found": none_found}
+
+
+def _deadline(model, cluster, training, options: SearchOptions, cost_options) -> dict[str, Any]:
+    """Layouts fit but none ends by the deadline: the fastest run, found by the search itself."""
+    from solver.search.api import search_layouts
+    from solver.search.objective import run_steps
+
+    fast = search_layouts(model, cluster, training, options.model_copy(
+        update={"objective": "step_time", "deadline_s": None, "top_k": 1}),
+        cost_options=cost_options, explain=False).layouts[0]
+    run_s = run_steps(training, fast.layout) * fast.estimate.step_time_s
+    return {"reason": f"layouts fit, but the fastest run takes {run_s / 86400:.2f} days, past the "
+                      f"deadline of {options.deadline_s / 86400:.2f} days",
+            "kind": "deadline", "fastest_run_s": run_s,
+            "fixes": [{"change": "deadline_s", "value": run_s, "layout": fast.as_dict()}]}
 
 
 def _already_allowed(options: SearchOptions, kind: str) -> bool:

@@ -69,3 +69,15 @@ def test_structural_infeasibility_names_families_and_relaxation():
     ex = err.value.explanation
     assert ex["kind"] == "structure" and ex["families"]
     assert {"change": "options", "set": {"allow_fewer_gpus": True}} in ex["fixes"]
+
+
+def test_a_missed_deadline_is_not_called_a_memory_problem():
+    model, training = tiny_model(4, 4, 1, 64, 4, True), tiny_training(1024, 16, tokens=1e9)
+    cluster = tiny_cluster(2, 4, 80)
+    with pytest.raises(InfeasibleError) as err:
+        search_layouts(model, cluster, training,
+                       {"objective": "min_gpus_deadline", "deadline_s": 1e-3, "top_k": 1})
+    ex = err.value.explanation
+    assert ex["kind"] == "deadline" and ex["fastest_run_s"] > 1e-3
+    fast = ex["fixes"][0]["layout"]
+    assert fast["fits"] and fast["gpus"] <= cluster.gpus
