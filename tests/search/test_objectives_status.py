@@ -85,3 +85,22 @@ def test_layout_rank_counts_like_the_oracle():
     got = layout_rank(model, cluster, training, pick.layout)
     better = sum(e.objective_units < pick.objective_units for e in ranked)
     assert got["rank_min"] <= better + 1 <= got["rank_max"] and got["fitting_layouts"] == len(ranked)
+
+
+def test_an_unproven_optimum_is_reported_feasible_with_bound_and_gap(monkeypatch):
+    """If CP-SAT stops before proving optimality (status FEASIBLE), so does the result."""
+    import solver.search.api as api
+    from solver.search.driver import Optimum
+    from tests.search.problems import tiny_model, tiny_training
+
+    real = api.optimize
+
+    def stopped_early(*args, **kwargs):
+        best = real(*args, **kwargs)
+        return Optimum("FEASIBLE", best.value, best.bound * 0.9)
+
+    monkeypatch.setattr(api, "optimize", stopped_early)
+    model = tiny_model(4, 4, 1, 64, 4, True)
+    res = search_layouts(model, binding_cluster(model, 2, 4, 1.0), tiny_training(1024, 16), {"top_k": 2})
+    assert res.status == "FEASIBLE" and 0.09 < res.gap < 0.11
+    assert res.bound_units < res.layouts[0].objective_units
