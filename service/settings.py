@@ -42,6 +42,9 @@ class Settings(BaseModel):
     queue_wait_s: float = Field(
         default=0.5, ge=0, description="How long a request waits for a solve slot before 503.")
     max_top_k: int = Field(default=20, ge=1, description="Most layouts one request may ask for.")
+    max_cluster_gpus: int = Field(
+        default=200_000, ge=1,
+        description="Largest cluster (nodes x gpus_per_node) a request may describe (422 above).")
     max_solver_workers: int = Field(
         default=2, ge=1, description="Cap on a request's CP-SAT workers (options.workers).")
 

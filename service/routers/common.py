@@ -121,6 +121,17 @@ def load_layout_arg(arg: Any):
     return load_layout(arg)
 
 
+def check_cluster_size(cluster, settings: Settings) -> None:
+    """422 for clusters above the server's size cap (placement and routing scale with GPUs).
+
+    Raises: SpecError.
+    """
+    if cluster.gpus > settings.max_cluster_gpus:
+        raise SpecError("cluster too large", [Problem(
+            "cluster.nodes", f"{cluster.gpus} GPUs; this server plans at most "
+                             f"{settings.max_cluster_gpus}")])
+
+
 def load_specs(**args: Any) -> dict[str, Any]:
     """Load several request fields at once (names: model, cluster, training, layout),
     reporting the problems of all of them together. Raises: SpecError."""

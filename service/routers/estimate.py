@@ -5,9 +5,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from service.routers import solving
-from service.routers.common import load_specs, require_token
+from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
 from service.routers.errors import jsonable
 from service.routers.schemas import EstimateIn
+from service.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(require_token)])
 
@@ -15,10 +16,12 @@ router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(requir
 @router.post("/estimate", summary="Estimate one layout (the JSON of `trainplan estimate`)",
              responses={422: {"description": "bad input or a layout that does not fit the model"},
                         503: {"description": "saturated"}})
-def post_estimate(body: EstimateIn, request: Request) -> JSONResponse:
+def post_estimate(body: EstimateIn, request: Request,
+                  settings: Settings = Depends(app_settings)) -> JSONResponse:
     specs = load_specs(model=body.model, cluster=body.cluster, training=body.training,
                        layout=body.layout)
     model, cluster, training, layout = (specs[k] for k in ("model", "cluster", "training", "layout"))
+    check_cluster_size(cluster, settings)
     with request.app.state.slots.hold():
         result = solving.run_estimate(model, cluster, training, layout)
     return JSONResponse(jsonable(result))

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from service.launchers import launchers, rank_placement
 from service.routers import solving
-from service.routers.common import app_settings, load_specs, require_token
+from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
 from service.routers.errors import jsonable
 from service.routers.schemas import LayoutsIn
 from service.settings import Settings
@@ -35,6 +35,7 @@ def post_layouts(body: LayoutsIn, request: Request,
                  settings: Settings = Depends(app_settings)) -> JSONResponse:
     specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
     model, cluster, training = specs["model"], specs["cluster"], specs["training"]
+    check_cluster_size(cluster, settings)
     options, limits = solving.search_options(body.options, settings)
     with request.app.state.slots.hold():
         result = solving.run_search(model, cluster, training, options)

@@ -6,7 +6,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from service.report_html import render_report
 from service.routers import solving
-from service.routers.common import app_settings, app_store, load_specs, require_token
+from service.routers.common import app_settings, check_cluster_size, app_store, load_specs, require_token
 from service.routers.errors import jsonable
 from service.routers.schemas import PlanIn
 from service.settings import Settings
@@ -33,6 +33,7 @@ def create_plan(body: PlanIn, request: Request, settings: Settings = Depends(app
                 store: PlanStore = Depends(app_store)) -> JSONResponse:
     specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
     model, cluster, training = specs["model"], specs["cluster"], specs["training"]
+    check_cluster_size(cluster, settings)
     options, limits = solving.search_options(body.options, settings)
     with request.app.state.slots.hold():
         plan = jsonable(solving.run_plan(model, cluster, training, options))

@@ -147,3 +147,13 @@ def test_fuzzed_raw_bodies_never_500(client, raw):
     r = _post_raw(client, "/v1/estimate", raw)
     assert 400 <= r.status_code < 500, r.text
     problems(r)
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_cluster_over_server_cap_is_422(make_client, path):
+    client = make_client(max_cluster_gpus=256)
+    body = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
+    if path == "/v1/estimate":
+        body["layout"] = SEED_LAYOUT
+    r = client.post(path, json=body)
+    assert r.status_code == 422 and "cluster.nodes" in problems(r)
