@@ -6,7 +6,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from service.report_html import render_report
 from service.routers import solving
-from service.routers.common import app_settings, check_cluster_size, app_store, load_specs, require_token
+from service.routers.common import (
+    app_settings, app_store, check_cluster_size, load_specs, require_token,
+)
 from service.routers.errors import jsonable
 from service.routers.schemas import PlanIn
 from service.settings import Settings
