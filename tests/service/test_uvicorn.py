@@ -50,3 +50,33 @@ def test_real_http_round_trip(live_server):
         big = http.post("/v1/estimate", content=b"x" * 10_000, headers={"content-type": "application/json"})
         assert big.status_code == 413
         assert http.get("/v1/plans/" + "0" * 32).status_code == 404
+
+
+def test_trainplan_serve_command(tmp_path):
+    """`trainplan serve --host 127.0.0.1 --port P` answers /healthz; settings from TRAINPLAN_*."""
+    import os
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TRAINPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'plans.db'}",
+           "TRAINPLAN_API_TOKEN": "tok"}
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline, ok = time.monotonic() + 30, False
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=2, trust_env=False) as http:
+            while time.monotonic() < deadline and not ok:
+                try:
+                    ok = http.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert ok, "server did not come up"
+            assert http.get("/v1/presets").status_code == 401  # token taken from the environment
+            assert http.get("/v1/presets", headers={"Authorization": "Bearer tok"}).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
