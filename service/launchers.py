@@ -19,6 +19,7 @@ Option names follow each framework's own parser (cited beside each mapping):
 """
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -261,6 +262,16 @@ def torchrun_args(placement: dict[str, Any]) -> list[str]:
     return ["--nnodes", str(len(placement["nodes"])), "--nproc-per-node", str(nproc)]
 
 
+def megatron_command(args: list[str], env: dict[str, str], torchrun: list[str]) -> str:
+    """One shell line per node: env, torchrun (node rank and master address from the
+    scheduler's environment), pretrain_gpt.py and the arguments."""
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    launch = ["torchrun", *torchrun, "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR",
+              "--master-port", "${MASTER_PORT:-6000}", "pretrain_gpt.py"]
+    line = " ".join(launch) + " " + shlex.join(args)
+    return f"{prefix} {line}" if prefix else line
+
+
 # ------------------------------------------------------------------ all of them
 def launchers(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, placement: dict[str, Any],
               split: list[int] | None = None) -> dict[str, Any]:
@@ -269,11 +280,16 @@ def launchers(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, placement: dict
     titan = torchtitan_config(m, t, layout, split)
     titan_notes = ["torchtitan TP always shards the sequence (sequence parallelism)"]
     if layout.zero_stage in (1, 2):
-        titan_notes.append(f"torchtitan has no ZeRO-{layout.zero_stage}; FSDP2 without "
-                           "reshard-after-forward is the nearest (more memory saved, more traffic)")
+        titan_notes.append(f"torchtitan has no ZeRO-{layout.zero_stage}; the nearest is FSDP2 with "
+                           "fsdp_reshard_after_forward = 'never' (ZeRO-2-like: gradients and "
+                           "optimizer state sharded, weights gathered once per step), whose memory "
+                           "and traffic differ from this estimate")
+    args, env, run = megatron_args(m, t, layout, split), megatron_env(layout), torchrun_args(placement)
     return {
-        "megatron": {"args": megatron_args(m, t, layout, split), "env": megatron_env(layout),
-                     "torchrun": torchrun_args(placement)},
+        "megatron": {"args": args, "env": env, "torchrun": run,
+                     "command": megatron_command(args, env, run),
+                     "notes": ["add tokenizer, data, optimizer and checkpoint arguments; "
+                               f"the model's vocabulary is {m.vocab} tokens"]},
         "torchtitan": {"config": titan, "toml": to_toml(titan), "notes": titan_notes},
         "deepspeed": {"config": deepspeed_config(t, layout), "warnings": deepspeed_warnings(layout)},
     }

@@ -162,10 +162,17 @@ def test_placement_skips_unavailable_nodes():
 
 
 def test_launchers_bundle(seed_specs, seed_layout):
+    import shlex
+
     m, cluster, t = seed_specs
     out = launchers(m, t, seed_layout, rank_placement(cluster, seed_layout))
     assert set(out) == {"megatron", "torchtitan", "deepspeed"}
     assert tomllib.loads(out["torchtitan"]["toml"]) == out["torchtitan"]["config"]
+    words = shlex.split(out["megatron"]["command"])
+    assert words[0] == "CUDA_DEVICE_MAX_CONNECTIONS=1" and words[1] == "torchrun"
+    script = words.index("pretrain_gpt.py")
+    assert words[2:6] == ["--nnodes", "64", "--nproc-per-node", "8"]
+    assert words[script + 1:] == out["megatron"]["args"]
 
 
 def _seed_cluster_dict():
