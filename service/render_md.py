@@ -62,30 +62,74 @@ def _compute(f: dict[str, Any], t: dict[str, Any]) -> list[str]:
             "checkpoints and recovery."]
 
 
+def _lay(d: dict[str, Any]) -> str:
+    extra = (f" CP{d['cp']}" if d["cp"] > 1 else "") + (f" VPP{d['vpp']}" if d["vpp"] > 1 else "")
+    return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']}{extra} ZeRO-{d['zero_stage']}"
+            f"{' SP' if d['sequence_parallel'] else ''} mb{d['micro_batch']} {d['recompute']}")
+
+
 def _ladder(plan: dict[str, Any]) -> list[str]:
     lad = plan["ladder"]
+    out = ["", "## 6. First parallel layout", "", "### The seed's ladder (model state only)", ""]
+    if "rungs" not in lad:
+        return out + [f"No ladder rung fits: {lad.get('infeasible', '')}"]
     rows = [[f"TP{r['tp']} PP{r['pp']} DP{r['dp']}", f"ZeRO-{r['zero_stage']}",
              _gb(r["memory_per_gpu_bytes"]["weights"]), _gb(r["memory_per_gpu_bytes"]["gradients"]),
              _gb(r["memory_per_gpu_bytes"]["optimizer"]), _gb(r["memory_per_gpu_bytes"]["total"]),
              _gb(r["memory_free_bytes"]), "yes" if r["fits"] else "no"] for r in lad["rungs"]]
-    best = plan["layouts"][0]
-    out = ["", "## 6. First parallel layout (the ladder)", "",
-           f"- TP = {lad['tp']}: {lad['tp_reason']}.",
-           f"- DP = {lad['dp']}: {lad['dp_reason']}.",
-           f"- Lightest ZeRO stage whose model state leaves >= {lad['min_free_fraction']:.0%} "
-           "of memory for activations:", ""]
+    out += [f"- TP = {lad['tp']}: {lad['tp_reason']}.",
+            f"- DP = {lad['dp']}: {lad['dp_reason']}.",
+            f"- Lightest ZeRO stage whose model state leaves >= {lad['min_free_fraction']:.0%} "
+            "of memory for activations:", ""]
     out += _table(["layout", "ZeRO", "weights/GPU", "grads/GPU", "optimizer/GPU",
                    "model state/GPU", "left", "fits"], rows)
-    out += ["", f"**Chosen: TP{best['tp']} PP{best['pp']} DP{best['dp']} ZeRO-{best['zero_stage']}, "
-            f"SP {'on' if best['sequence_parallel'] else 'off'}, {best['recompute']} recompute, "
-            f"micro-batch {best['micro_batch']}: {_gb(best['memory_per_gpu_bytes']['total'])} "
-            f"model state per GPU, {_gb(lad['memory_left_bytes'])} left** for activations, "
-            "buffers and margin.", "", "If activations still do not fit:"]
-    out += [f"{i}. {s}" for i, s in enumerate(lad["if_activations_do_not_fit"], 1)]
-    others = ", ".join(f"ZeRO-{r['zero_stage']} ({_gb(r['memory_per_gpu_bytes']['total'])})"
-                       for r in plan["layouts"][1:])
-    if others:
-        out += ["", f"Heavier sharding that also fits (measure if close): {others}."]
+    out += ["", f"Ladder choice: TP{lad['tp']} PP{lad['pp']} DP{lad['dp']} "
+            f"ZeRO-{lad['chosen_zero_stage']}, {_gb(lad['memory_left_bytes'])} left after model "
+            "state. If activations do not fit: "
+            + "; ".join(f"{i}. {s}" for i, s in enumerate(lad["if_activations_do_not_fit"], 1)) + "."]
+    return out
+
+
+def _ranked(plan: dict[str, Any]) -> list[str]:
+    s, lays = plan.get("search", {}), plan["layouts"]
+    if "step_time_s" not in lays[0]:
+        return []
+    out = ["", "### Ranked layouts (cost model, CP-SAT search)", "",
+           f"Status **{s.get('status', '?')}** in {s.get('seconds', 0):.2f} s; best first."]
+    rows = [[i, _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
+             _gb(d["memory_per_gpu_bytes"]["total"])] for i, d in enumerate(lays, 1)]
+    out += [""] + _table(["rank", "layout", "step s", "MFU", "memory/GPU"], rows)
+    p = plan["prediction"]
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
+    mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")
+    out += ["", f"**Recommended: {_lay(lays[0])}**: {p['step_time_s']:.2f} s per step, "
+            f"MFU {p['mfu']:.1%} (HFU {p['hfu']:.1%}), {p['tokens_per_s']:,.0f} tokens/s.",
+            f"- time per step: {parts}",
+            f"- memory per GPU: {mem}; total {_gb(p['memory_per_gpu_bytes']['total'])}"]
+    if "wall_s" in p:
+        out.append(f"- run at the predicted step time: {p['steps']:,} steps x {p['step_time_s']:.2f} s "
+                   f"= {p['days']:.2f} days, {p['gpu_hours']:,.0f} GPU-hours")
+    return out + _versus(plan)
+
+
+def _versus(plan: dict[str, Any]) -> list[str]:
+    c = plan.get("ladder_choice")
+    if not c:
+        return []
+    rank = (f"ranks {c['rank_min']:,}" + (f"-{c['rank_max']:,}" if c["rank_max"] != c["rank_min"] else "")
+            + f" of {c['fitting_layouts']:,} fitting layouts") if "rank_min" in c else "does not fit"
+    why = ", ".join(f"{w['component']} {w['seconds']:+.2f} s" for w in c["why"])
+    m = c["memory_per_gpu_bytes"]
+    out = ["", f"**The ladder's choice ({_lay(c['layout'])})** {rank}: {c['step_time_s']:.2f} s per "
+            f"step, MFU {c['mfu']:.1%}, {c['slower_than_best']:+.1%} against the best; "
+            f"{_gb(m['total'])} per GPU ({_gb(m['activations'])} activations) — "
+            f"{'fits' if c['fits'] else 'does not fit'}. Where it loses or gains per step: {why}."]
+    cc = c.get("communication")
+    if cc:
+        out.append(f"Its DP gradient-sync ring lower bound: 2 ({cc['dp_ranks']}-1)/{cc['dp_ranks']} x "
+                   f"{_gb(cc['gradient_bytes_per_rank'])} / {cc['dp_bandwidth_gb_s']:g} GB/s = "
+                   f"**{cc['dp_grad_sync_lower_bound_s']:.2f} s**; its batch: {c['batch']['dp']} DP x "
+                   f"{c['batch']['micro_batch']} x {c['batch']['grad_accum']} accumulation.")
     return out
 
 
@@ -115,8 +159,11 @@ def _stages(plan: dict[str, Any]) -> list[str]:
            "", f"**Stage 2, {s2['name']}**: keep the {s2['keep']}.", ""]
     rows = [[g["gpus"], g["dp"], g["grad_accum"], f"{g['tokens_per_step']:,}",
              "-" if g["zero_stage"] is None else f"ZeRO-{g['zero_stage']}",
-             _gb(g["model_state_per_gpu_bytes"]), g["note"]] for g in s2["grid"]]
-    out += _table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "note"], rows)
+             _gb(g["model_state_per_gpu_bytes"]), _gb(g.get("memory_per_gpu_bytes")),
+             "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
+             "-" if g.get("mfu") is None else f"{g['mfu']:.1%}", g["note"]] for g in s2["grid"]]
+    out += _table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
+                   "predicted step", "predicted MFU", "note"], rows)
     out += ["", "Record: " + ", ".join(s2["record"]) + ".",
             "", f"**Stage 3, {s3['name']}**: checkpoint size about {_gb(s3['checkpoint_bytes'])} "
             "(weights + optimizer); " + "; ".join(s3["checks"]) + ".",
@@ -154,22 +201,28 @@ def render_plan(plan: dict[str, Any]) -> str:
     head = [f"# Training plan: {i['model']['name']} on {i['cluster']['name']} "
             f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""]
     lines = (head + _parameters(plan["parameters"]) + _memory(plan["memory"])
-             + _compute(plan["flops"], plan["time"]) + _ladder(plan)
+             + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
              + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
     return "\n".join(lines)
 
 
 def render_estimate(est: dict[str, Any]) -> str:
-    """One layout's accounting as Markdown."""
+    """One layout's accounting and predicted step time / memory as Markdown."""
     lay, m, c = est["layout"], est["memory_per_gpu_bytes"], est["communication"]
     desc = ", ".join(f"{k}={v}" for k, v in lay.items())
-    rows = [[k, _gb(m[k])] for k in ("weights", "gradients", "optimizer", "model_state", "total")]
-    return "\n".join(
-        [f"# Estimate: {desc} ({est['gpus']} GPUs)", ""] + _table(["per GPU", "bytes"], rows)
-        + ["", f"- capacity {_gb(est['memory_capacity_bytes'])}, left {_gb(est['memory_free_bytes'])}: "
-           f"**{'fits' if est['fits'] else 'does not fit'}** (model state only)",
-           f"- DP gradient-sync lower bound: {c['dp_grad_sync_lower_bound_s']:.3f} s "
-           f"({c['dp_ranks']} ranks at {c['dp_bandwidth_gb_s']:g} GB/s)",
-           f"- batch: {est['batch']['tokens_per_step']:,} tokens per step, "
-           f"{est['batch']['grad_accum']} accumulation steps"])
+    rows = [[k, _gb(v)] for k, v in m.items()]
+    out = [f"# Estimate: {desc} ({est['gpus']} GPUs)", ""]
+    if "step_time_s" in est:
+        t = est["time_breakdown_s"]
+        out += [f"**{est['step_time_s']:.3f} s per step**, MFU {est['mfu']:.1%}, HFU {est['hfu']:.1%}, "
+                f"{est['tokens_per_s']:,.0f} tokens/s", ""]
+        out += _table(["time per step", "seconds"], [[k, f"{v:.3f}"] for k, v in t.items()]) + [""]
+    out += _table(["memory per GPU", "bytes"], rows)
+    return "\n".join(out + [
+        "", f"- capacity {_gb(est['memory_capacity_bytes'])}, left {_gb(est['memory_free_bytes'])}: "
+            f"**{'fits' if est['fits'] else 'does not fit'}**",
+        f"- DP gradient-sync lower bound: {c['dp_grad_sync_lower_bound_s']:.3f} s "
+        f"({c['dp_ranks']} ranks at {c['dp_bandwidth_gb_s']:g} GB/s)",
+        f"- batch: {est['batch']['tokens_per_step']:,} tokens per step, "
+        f"{est['batch']['grad_accum']} accumulation steps"])

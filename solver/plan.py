@@ -212,24 +212,28 @@ CONVERGENCE_FRACTION = 0.01
 
 def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                rank_layouts: RankLayouts | None = None) -> dict[str, Any]:
-    """The plan JSON contract: the seed's eight estimates, ladder, checks and stages.
+    """The plan JSON contract: the seed's eight estimates, ranked layouts, checks and stages.
 
-    `rank_layouts(model, cluster, training) -> (ladder, layouts best first)` produces the
-    layout section; it defaults to `ladder_layouts` (the seed's reasoning) and is the one
-    seam the cost model + CP-SAT search plugs into. Each layout dict must carry the
-    LAYOUT_FIELDS and `memory_per_gpu_bytes` / `memory_free_bytes`.
+    `rank_layouts(model, cluster, training) -> (summary, layouts best first)` produces the
+    layout ranking; it defaults to the CP-SAT search over the cost model
+    (solver.layouts.searched_layouts). The seed's ladder (`ladder_layouts`) is always walked
+    too, and its choice is predicted and ranked against the best layout (`ladder_choice`).
+    Batch, communication check and validation stages follow the best layout.
 
     Keys pinned by the contract: parameters.total, memory.model_state_bytes,
     flops.{parameter_matmul,attention,total}, time.{assumed_mfu,wall_s,gpu_hours},
     batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s.
     Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
     """
+    from solver.layouts import ladder_or_none, ladder_versus_best, prediction, searched_layouts
+
     params = parameter_counts(model, training.seq_len)
     n = params.total
     state = model_state_bytes(n, training.precision)
     flops = training_flops(model, training, n)
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
-    ladder, layouts = (rank_layouts or ladder_layouts)(model, cluster, training)
+    search, layouts = (rank_layouts or searched_layouts)(model, cluster, training)
+    ladder, rungs = ladder_or_none(model, cluster, training)
     best = LayoutSpec(**{k: layouts[0][k] for k in LAYOUT_FIELDS})
     batch = batch_plan(training, best.dp, best.micro_batch)
     comm = _grad_sync(n, training, cluster, best)
@@ -253,11 +257,22 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             "price_per_gpu_hour": training.price_per_gpu_hour, "cost": time.cost,
         },
         "batch": _batch_dict(batch, training),
+        "search": search,
         "ladder": ladder,
         "layouts": layouts,
         "communication": comm,
         "assumptions": _assumptions(training, comm),
     }
+    if "time_breakdown_s" in layouts[0]:
+        plan["prediction"] = prediction(layouts[0], batch.steps, best.gpus)
+        if rungs:
+            chosen = rungs[0]
+            plan["ladder_choice"] = {
+                **(ladder_versus_best(model, cluster, training, chosen, layouts[0]) or {}),
+                "communication": _grad_sync(n, training, cluster,
+                                            LayoutSpec(**{k: chosen[k] for k in LAYOUT_FIELDS})),
+                "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
+                                     training)}
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
     plan["failure_checks"] = failure_checks(flops, cluster, training, plan)
     return plan
@@ -271,8 +286,8 @@ def _assumptions(training: TrainingSpec, comm: dict[str, Any]) -> list[str]:
         f"precision: {p.weight_bytes}-byte weights, {p.grad_bytes}-byte gradients, "
         f"{p.optimizer_moments} x {p.optimizer_moment_bytes}-byte optimizer moments, "
         f"FP32 master weights {'on' if p.master_weights else 'off'}",
-        f"a layout fits when model state leaves >= {MIN_FREE_FRACTION:.0%} of GPU memory for "
-        "activations, buffers and margin (activations not yet modelled)",
+        f"the seed ladder accepts a layout when model state leaves >= {MIN_FREE_FRACTION:.0%} "
+        "of GPU memory free; the ranked layouts use the cost model's full memory estimate",
         f"gradient sync at {comm['dp_bandwidth_gb_s']:g} GB/s effective per-rank bandwidth, "
         "no overlap with backward (a lower bound, not a prediction)",
         f"convergence stage spends {CONVERGENCE_FRACTION:.0%} of the run's tokens",
@@ -309,17 +324,27 @@ def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
 
 def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 best: dict[str, Any], gpus: int) -> dict[str, Any]:
-    n = parameter_counts(model, training.seq_len).total
-    dp = gpus // (best["tp"] * best["pp"])
-    rungs = [_rung(n, training, cluster, _ladder_layout(best["tp"], best["pp"], dp, z),
-                   MIN_FREE_FRACTION) for z in (0, 1, 2, 3)]
-    fit = next((r for r in rungs if r["fits"]), None)
+    """The best layout shrunk to `gpus` (DP scaled down, the global batch kept), with the
+    lightest ZeRO stage from the best's upward that fits; predicted by the cost model."""
+    from solver.cost.estimate import estimate_layout
+
+    replica = best["tp"] * best["pp"] * best["cp"]
+    dp = gpus // replica
     b = batch_plan(training, dp, best["micro_batch"])
-    return {"gpus": gpus, "dp": dp, "grad_accum": b.grad_accum,
-            "tokens_per_step": b.tokens_per_step,
-            "zero_stage": None if fit is None else fit["zero_stage"],
-            "model_state_per_gpu_bytes": None if fit is None else fit["memory_per_gpu_bytes"]["total"],
-            "note": "fits the full model" if fit else "full model does not fit: use a reduced-depth proxy"}
+    point = {"gpus": gpus, "dp": dp, "grad_accum": b.grad_accum, "tokens_per_step": b.tokens_per_step,
+             "zero_stage": None, "model_state_per_gpu_bytes": None, "memory_per_gpu_bytes": None,
+             "step_time_s": None, "mfu": None,
+             "note": "full model does not fit: use a reduced-depth proxy"}
+    for z in range(best["zero_stage"], 4):
+        layout = LayoutSpec(**{**{k: best[k] for k in LAYOUT_FIELDS}, "dp": dp, "zero_stage": z})
+        est = estimate_layout(model, cluster, training, layout)
+        if est.fits:
+            m = est.memory_per_gpu_bytes
+            point.update(zero_stage=z, model_state_per_gpu_bytes=m["model_state"],
+                         memory_per_gpu_bytes=m["total"], step_time_s=est.step_time_s,
+                         mfu=est.mfu, note="fits the full model")
+            break
+    return point
 
 
 def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -329,7 +354,7 @@ def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: Training
     step_flops = plan["flops"]["total"] * plan["batch"]["tokens_per_step"] / training.tokens
     mem = plan["memory"]["by_component"]
     grid = [_grid_point(model, cluster, training, best, g)
-            for g in scaling_grid(cluster, best["tp"] * best["pp"])]
+            for g in scaling_grid(cluster, best["tp"] * best["pp"] * best["cp"])]
     conv_tokens = CONVERGENCE_FRACTION * training.tokens
     return [
         {"stage": 1, "name": "one-node correctness", "gpus": cluster.gpus_per_node,

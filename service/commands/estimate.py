@@ -1,4 +1,4 @@
-"""`trainplan estimate`: the accounting for one fixed layout."""
+"""`trainplan estimate`: one fixed layout: accounting plus the cost model's prediction."""
 from __future__ import annotations
 
 import argparse
@@ -6,13 +6,13 @@ import argparse
 from service.cli import emit
 from service.commands.plan import require_training
 from service.render_md import render_estimate
-from solver.plan import estimate_accounting
+from solver.layouts import estimate
 from solver.presets import load_layout, load_model
 from topology.catalog import load_cluster
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("estimate", help="memory, fit and grad-sync bound of one layout")
+    p = subparsers.add_parser("estimate", help="step time, MFU, memory by component, fit and grad-sync bound of one layout")
     p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
     p.add_argument("--training", required=True, help="training preset name or JSON path")
@@ -24,5 +24,5 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     training, layout = require_training(args.training), load_layout(args.layout)
-    emit(estimate_accounting(model, cluster, training, layout), args.format, render_estimate)
+    emit(estimate(model, cluster, training, layout), args.format, render_estimate)
     return 0

@@ -27,7 +27,7 @@ def test_plan_json_carries_the_golden_numbers(capsys):
     assert plan["flops"]["total"] == pytest.approx(1.444e23, rel=1e-3)
     assert plan["time"]["gpu_hours"] == pytest.approx(80_200, rel=2e-3)
     assert plan["batch"]["steps"] == 71_526
-    assert plan["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.76, abs=0.005)
+    assert plan["ladder_choice"]["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.76, abs=0.005)
 
 
 def test_plan_markdown_has_the_seed_sections(capsys):
@@ -93,8 +93,16 @@ def test_estimate_json(capsys):
     code, out, _ = run(capsys, ["estimate", *SEED, "--layout", layout, "--format", "json"])
     assert code == 0
     est = json.loads(out)
-    assert est["memory_per_gpu_bytes"]["total"] == pytest.approx(35.8e9, rel=2e-3)
-    assert est["fits"] is True
+    # Model state 2N/8 + 2N/8 + 8N/512 = 35.84 GB (seed); the total adds activations.
+    assert est["memory_per_gpu_bytes"]["model_state"] == pytest.approx(35.8e9, rel=2e-3)
+    assert est["accounting"]["memory_per_gpu_bytes"]["total"] == pytest.approx(35.8e9, rel=2e-3)
+    m = est["memory_per_gpu_bytes"]
+    assert m["total"] == pytest.approx(sum(v for k, v in m.items() if k not in ("total", "model_state")))
+    assert est["fits"] is True and m["total"] <= 0.9 * 80e9
+    for key in ("step_time_s", "mfu", "hfu", "tokens_per_s", "time_breakdown_s"):
+        assert key in est
+    # MFU = model FLOPs per step / (step time x 512 x 1e15); 1.444e23 FLOPs over 300e9 tokens.
+    assert est["mfu"] == pytest.approx(1.444e23 / 300e9 * 4_194_304 / (est["step_time_s"] * 512e15), rel=1e-3)
     assert est["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.76, abs=0.005)
 
 
@@ -102,6 +110,7 @@ def test_estimate_layout_from_file_and_md(capsys, tmp_path):
     f = tmp_path / "layout.json"
     f.write_text(json.dumps({"tp": 8, "dp": 64}))
     code, out, _ = run(capsys, ["estimate", *SEED, "--layout", str(f), "--format", "md"])
+    # ZeRO-0 model state 2N/8 + 2N/8 + 8N/8 = 104.3 GB > 80 GB.
     assert code == 0 and "does not fit" in out and "104.3 GB" in out
 
 
@@ -145,5 +154,7 @@ def test_plan_accepts_a_hugging_face_config(capsys):
     plan = json.loads(out)
     # Hand count in tests/foundation/test_presets.py::test_llama3_exact_totals.
     assert plan["parameters"]["total"] == 8_030_261_248
-    # 32 heads, 8 KV heads -> TP 8 in the node; DP = 1024 / 8 = 128.
-    assert (plan["layouts"][0]["tp"], plan["layouts"][0]["dp"]) == (8, 128)
+    # 32 heads, 8 KV heads -> the ladder puts TP 8 in the node; DP = 1024 / 8 = 128.
+    assert (plan["ladder"]["tp"], plan["ladder"]["dp"]) == (8, 128)
+    best = plan["layouts"][0]
+    assert best["tp"] * best["pp"] * best["dp"] * best["cp"] == 1024

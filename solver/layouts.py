@@ -1,0 +1,119 @@
+"""The plan's layout section: the CP-SAT ranking, the seed ladder's choice measured against
+it, and the full estimate of one layout (accounting + cost-model prediction).
+
+`build_plan` calls `searched_layouts` by default; `ladder_versus_best` answers the seed's
+question "why not start with the lightest layout that fits?" with the cost model's numbers;
+`estimate` is what `trainplan estimate` and POST /v1/estimate return.
+
+Unit legend: `_s` seconds; `_bytes` bytes; fractions are plain ratios.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from solver.cost.estimate import estimate_layout
+from solver.errors import InfeasibleError
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from topology.spec import ClusterSpec
+
+# Components compared when explaining why one layout is slower than another.
+_WHY_MIN_S = 0.005
+
+
+def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                     options: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(search summary, ranked layouts best first) from the CP-SAT search.
+
+    Each layout carries the layout fields, step_time_s, mfu, fits, its full estimate
+    (time_breakdown_s, memory_per_gpu_bytes by component) and memory_free_bytes.
+    Raises: InfeasibleError (with the solver's explanation and smallest fix).
+    """
+    from solver.search.api import plan_layouts
+
+    summary, layouts = plan_layouts(model, cluster, training, options)
+    for d in layouts:
+        est = estimate_layout(model, cluster, training, LayoutSpec(**_fields(d)))
+        d["hfu"], d["tokens_per_s"] = est.hfu, est.tokens_per_s
+        d["time_breakdown_s"] = dict(est.time_breakdown_s)
+        d["memory_headroom_bytes"] = est.memory_margin.headroom_bytes
+    return summary, layouts
+
+
+def _fields(d: dict[str, Any]) -> dict[str, Any]:
+    keys = LayoutSpec.model_fields
+    return {k: d[k] for k in keys if k in d}
+
+
+def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[str, float]]:
+    """Time components where `slow` spends more than `fast`, largest difference first (s)."""
+    diffs = [{"component": k, "seconds": slow.get(k, 0.0) - fast.get(k, 0.0)}
+             for k in sorted(set(slow) | set(fast))]
+    return sorted((d for d in diffs if abs(d["seconds"]) >= _WHY_MIN_S),
+                  key=lambda d: -d["seconds"])
+
+
+def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                       ladder_layout: dict[str, Any] | None,
+                       best: dict[str, Any]) -> dict[str, Any] | None:
+    """The seed-style ladder choice, predicted by the cost model and ranked by the search.
+
+    Returns None when the ladder found no layout. `rank_min`/`rank_max` place it among all
+    fitting layouts (1 = best); `why` lists the time components where it loses to the best.
+    """
+    if ladder_layout is None:
+        return None
+    from solver.search.api import layout_rank
+
+    layout = LayoutSpec(**_fields(ladder_layout))
+    est = estimate_layout(model, cluster, training, layout)
+    out: dict[str, Any] = {"layout": _fields(ladder_layout), "step_time_s": est.step_time_s,
+                           "mfu": est.mfu, "fits": est.fits,
+                           "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
+                           "time_breakdown_s": dict(est.time_breakdown_s),
+                           "slower_than_best": est.step_time_s / best["step_time_s"] - 1.0,
+                           "why": slower_because(est.time_breakdown_s, best["time_breakdown_s"])}
+    if est.fits:
+        rank = layout_rank(model, cluster, training, layout)
+        out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
+    return out
+
+
+def prediction(best: dict[str, Any], steps: int | None, gpus: int) -> dict[str, Any]:
+    """Run time at the best layout's predicted step time (instead of the assumed MFU)."""
+    out = {"step_time_s": best["step_time_s"], "mfu": best["mfu"], "hfu": best["hfu"],
+           "tokens_per_s": best["tokens_per_s"], "time_breakdown_s": best["time_breakdown_s"],
+           "memory_per_gpu_bytes": best["memory_per_gpu_bytes"]}
+    if steps is not None:
+        wall = steps * best["step_time_s"]
+        out.update({"steps": steps, "wall_s": wall, "days": wall / 86_400,
+                    "gpu_hours": wall * gpus / 3600})
+    return out
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+             layout: LayoutSpec) -> dict[str, Any]:
+    """One layout: the accounting (model state, grad-sync bound, batch) and the cost model's
+    prediction (step_time_s, mfu, hfu, tokens_per_s, time_breakdown_s, memory by component
+    including activations, fits). `memory_per_gpu_bytes` and `fits` are the cost model's;
+    the accounting's even-split model state stays under `accounting`.
+    Raises: SpecError when the layout does not fit the model's shapes or the cluster.
+    """
+    from solver.plan import estimate_accounting
+
+    acc = estimate_accounting(model, cluster, training, layout)
+    pred = estimate_layout(model, cluster, training, layout).as_dict()
+    pred.pop("layout", None)
+    out = {**acc, **pred, "accounting": {"memory_per_gpu_bytes": acc["memory_per_gpu_bytes"],
+                                         "fits_model_state_only": acc["fits"]}}
+    out["memory_free_bytes"] = acc["memory_capacity_bytes"] - pred["memory_per_gpu_bytes"]["total"]
+    return out
+
+
+def ladder_or_none(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec):
+    """The seed ladder's (story, fitting rungs), or (None, []) when no rung fits."""
+    from solver.plan import ladder_layouts
+
+    try:
+        return ladder_layouts(model, cluster, training)
+    except InfeasibleError as exc:
+        return {"infeasible": exc.message, **exc.explanation}, []
