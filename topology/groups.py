@@ -18,9 +18,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import count
+from math import gcd
 from typing import Callable
 
-from topology.placement import GROUP_KINDS, GroupKind, Placement, candidate_orders, parse_order, place
+from topology.placement import (
+    GROUP_KINDS, GroupKind, Placement, candidate_orders, parse_order, place, uniform_domain_ranks,
+)
 from topology.routing import FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share
 from topology.spec import ClusterSpec
 
@@ -64,6 +67,25 @@ def fabric_for(cluster: ClusterSpec):
         return FlatFabric(domain_of, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
                           inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
     return GraphFabric(build_graph(cluster))
+
+
+def _flat_like(cluster: ClusterSpec) -> bool:
+    """Flat or nvlink_domain (FlatFabric) cluster. Raises: SpecError (bad nvlink_domain)."""
+    from topology.generators import check_nvlink_domain
+
+    t = cluster.topology
+    if t is not None and t.kind == "nvlink_domain":
+        check_nvlink_domain(cluster, t)
+    return t is None or t.kind in ("flat", "nvlink_domain")
+
+
+def _flat_figures(cluster: ClusterSpec) -> FlatFabric:
+    """A FlatFabric with the cluster's port figures and no domain map (closed forms only)."""
+    from topology.graph import latency_ps
+
+    intra, inter = cluster.intra_node, cluster.inter_node
+    return FlatFabric({}, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
+                      inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
 
 
 def _ring(vertices: list[str]) -> list[tuple[str, str]]:
@@ -118,12 +140,78 @@ def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> G
 
 
 def _stride(p: Placement, kind: str) -> int:
+    return _order_stride(p.order, p.dims, kind)
+
+
+def _order_stride(order: tuple[str, ...], dims: dict[str, int], kind: str) -> int:
     stride = 1
-    for k in p.order:
+    for k in order:
         if k == kind:
             return stride
-        stride *= p.dims[k]
+        stride *= dims[k]
     return stride
+
+
+def _progression_counts(x: int, s: int, n: int, e: int) -> tuple[frozenset[int], int]:
+    """Members per domain (distinct values) and domains spanned of the ranks x + i*s,
+    i < n, with rank r in domain r // e and 0 <= x < e. Windows k >= 1 hold
+    floor((hi - x) / s) - ceil((lo - x) / s) + 1 members; the interior ones repeat with
+    period s / gcd(e, s) in k (their offset (k*e - x) mod s does), so O(s) windows."""
+    if s >= e:
+        return frozenset({1}), n
+    last = x + (n - 1) * s
+    k1 = last // e
+    counts = {min(n, (e - 1 - x) // s + 1)}
+    interior = range(1, min(k1 - 1, s // gcd(e, s)) + 1)
+    for k in (*interior, k1) if k1 else ():
+        lo, hi = k * e, min((k + 1) * e - 1, last)
+        counts.add((hi - x) // s - (lo - x + s - 1) // s + 1)
+    return frozenset(counts), k1 + 1
+
+
+@lru_cache(maxsize=65536)
+def _domain_stats(world: int, s: int, n: int, e: int) -> tuple[frozenset[int], int, bool]:
+    """Over every group of one kind (stride s, size n, bases q*s*n + j with j < s) when
+    rank r sits in domain r // e: the distinct members-per-domain counts, the most
+    domains one group spans, and whether a group with equal counts spans >= 2 domains.
+    A group's pattern depends only on its base mod e, so each residue is done once."""
+    block = s * n
+    if s >= e:
+        xs: set[int] = {0}
+    elif (world // block) * s <= 4 * e:
+        xs = {(b0 + j) % e for b0 in range(0, world, block) for j in range(s)}
+    else:
+        period = e // gcd(block, e)
+        xs = {(q * block + j) % e for q in range(min(world // block, period)) for j in range(s)}
+    counts: set[int] = set()
+    spans, uniform_multi = 1, False
+    for x in xs:
+        c, sp = _progression_counts(x, s, n, e)
+        counts |= c
+        spans = max(spans, sp)
+        uniform_multi = uniform_multi or (len(c) == 1 and sp > 1)
+    return frozenset(counts), spans, uniform_multi
+
+
+def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, int],
+                    order: tuple[GroupKind, ...], kind: GroupKind, e: int) -> GroupLink:
+    """_kind_link in closed form on a FlatFabric when rank r sits in domain r // e
+    (placement.uniform_domain_ranks): every ring, sub-ring and column ring puts load 1 on
+    each port it uses (FlatFabric.ports_share), so only which ports are used matters."""
+    size, stride = dims[kind], _order_stride(order, dims, kind)
+    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    if size == 1:
+        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    counts, spans, uniform_multi = _domain_stats(world, stride, size, e)
+    shared = max(counts) >= 2  # some domain holds two members: NVLink ring steps
+    ring_f = _fig(fabric.ports_share(shared, spans > 1), base)
+    intra_f = _fig(fabric.ports_share(shared, False), ring_f)
+    inter_f = _fig(fabric.ports_share(False, uniform_multi), ring_f)
+    a2a = fabric.alltoall_counts_share(size, counts)
+    k = next(iter(counts)) if len(counts) == 1 else 1
+    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f,
+                     a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS, spans)
 
 
 _TOKENS: dict[ClusterSpec, int] = {}
@@ -155,7 +243,14 @@ def _token(cluster: ClusterSpec) -> int:
 def _links(token: int, dims: tuple[int, int, int, int],
            order: tuple[GroupKind, ...]) -> tuple[tuple[str, GroupLink], ...]:
     cluster = _CLUSTERS[token]
-    p = place(cluster, dict(zip(GROUP_KINDS, dims)), order)
+    named = dict(zip(GROUP_KINDS, dims))
+    if _flat_like(cluster):
+        e = uniform_domain_ranks(cluster, named, order)
+        if e is not None:
+            fabric = _flat_figures(cluster)
+            return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, e))
+                         for kind in GROUP_KINDS)
+    p = place(cluster, named, order)
     fabric = fabric_for(cluster)
     return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
 

@@ -112,6 +112,14 @@ def _aligned_slots(free: list[GpuSlot], unit: int) -> list[GpuSlot]:
     return out
 
 
+def _check_room(cluster: ClusterSpec, world: int, free_gpus: int) -> None:
+    if world > free_gpus:
+        raise InfeasibleError(
+            f"layout needs {world} GPUs; {free_gpus} are available",
+            {"needed_gpus": world, "available_gpus": free_gpus,
+             "unavailable_nodes": sorted(set(cluster.unavailable_nodes))})
+
+
 def place(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...] = MEGATRON_ORDER) -> Placement:
     """Map the layout's ranks onto available GPUs (see module doc).
 
@@ -120,12 +128,47 @@ def place(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ..
     world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
     down = set(cluster.unavailable_nodes)
     free = [s for s in cluster_slots(cluster) if s.node not in down]
-    if world > len(free):
-        raise InfeasibleError(
-            f"layout needs {world} GPUs; {len(free)} are available",
-            {"needed_gpus": world, "available_gpus": len(free), "unavailable_nodes": sorted(down)})
+    _check_room(cluster, world, len(free))
     domain_gpus = max(Counter(s.domain for s in free).values())
     aligned = _aligned_slots(free, _unit(dims, order, domain_gpus))
     use_aligned = len(aligned) >= world
     chosen = aligned if use_aligned else free
     return Placement(order, dict(dims), tuple(chosen[:world]), use_aligned and len(aligned) < len(free))
+
+
+@lru_cache(maxsize=64)
+def free_domain_sizes(cluster: ClusterSpec) -> tuple[int, int, frozenset[int]]:
+    """(free GPUs, NVLink domains with a free GPU, their distinct free-GPU counts) for
+    generated topologies whose domains are runs of whole nodes (flat: one node;
+    nvlink_domain: nodes_per_domain, which must divide nodes), in O(unavailable nodes)."""
+    t = cluster.topology
+    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    down = Counter(n // per_domain for n in set(cluster.unavailable_nodes))
+    sizes: Counter[int] = Counter()
+    for k in down.values():
+        if k < per_domain:
+            sizes[cluster.gpus_per_node * (per_domain - k)] += 1
+    intact = cluster.nodes // per_domain - len(down)
+    if intact:
+        sizes[cluster.gpus_per_node * per_domain] += intact
+    return sum(k * v for k, v in sizes.items()), sum(sizes.values()), frozenset(sizes)
+
+
+def uniform_domain_ranks(cluster: ClusterSpec, dims: dict[str, int],
+                         order: tuple[GroupKind, ...] = MEGATRON_ORDER) -> int | None:
+    """E such that `place` puts rank r in the (r // E)-th NVLink domain that has a free
+    GPU, when every such domain has the same free-GPU count F (no down nodes, or only
+    whole domains down): E = F, or F rounded down to a multiple of the aligned unit when
+    place aligns. None when free counts differ (partly-down domains) or for explicit
+    graphs. Raises: InfeasibleError as place.
+    """
+    if cluster.topology is not None and cluster.topology.kind == "graph":
+        return None
+    free_gpus, domains, sizes = free_domain_sizes(cluster)
+    _check_room(cluster, dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"], free_gpus)
+    if len(sizes) != 1:
+        return None
+    (f,) = sizes
+    unit = _unit(dims, order, f)
+    aligned = f // unit * unit
+    return aligned if aligned * domains >= dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"] else f

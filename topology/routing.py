@@ -59,18 +59,35 @@ class FlatFabric:
         """Closed form of concurrent_share over all ordered pairs of each group: a GPU's
         NVLink port carries its a in-domain peers, its NIC port its b other peers, in each
         direction, and no port is shared between groups of one kind."""
-        bw, lat = float("inf"), -1
+        shares = []
         for group in groups:
             per_domain: dict[int, int] = defaultdict(int)
             for v in group:
                 per_domain[self.domain_of[v]] += 1
-            for count in per_domain.values():
-                a, b = count - 1, len(group) - count
-                if a:
-                    bw, lat = min(bw, self._cap["nvl"] / a), max(lat, self._lat["nvl"])
-                if b:
-                    bw, lat = min(bw, self._cap["nic"] / b), max(lat, self._lat["nic"])
+            shares.append(self.alltoall_counts_share(len(group), per_domain.values()))
+        return _slowest(shares)
+
+    def alltoall_counts_share(self, size: int, counts) -> Share | None:
+        """alltoall_share of groups of `size` GPUs whose members per NVLink domain take
+        the values `counts`: the port carrying the most peers (a = count - 1 on NVLink,
+        b = size - count on the NIC) sets the bandwidth."""
+        bw, lat = float("inf"), -1
+        for count in counts:
+            a, b = count - 1, size - count
+            if a:
+                bw, lat = min(bw, self._cap["nvl"] / a), max(lat, self._lat["nvl"])
+            if b:
+                bw, lat = min(bw, self._cap["nic"] / b), max(lat, self._lat["nic"])
         return None if lat < 0 else Share(bw, lat)
+
+    def ports_share(self, nvlink: bool, nic: bool) -> Share | None:
+        """concurrent_share in closed form for flows in which every GPU sends at most one
+        flow and receives at most one (rings, sub-rings): each used port has load 1, so
+        the slowest group gets the smaller used port capacity and the larger latency."""
+        used = [p for p, on in (("nvl", nvlink), ("nic", nic)) if on]
+        if not used:
+            return None
+        return Share(min(self._cap[p] for p in used), max(self._lat[p] for p in used))
 
 
 class GraphFabric:
@@ -247,6 +264,13 @@ class Share:
 
     bandwidth_gb_s: float
     latency_ps: int
+
+
+def _slowest(shares: list[Share | None]) -> Share | None:
+    live = [x for x in shares if x is not None]
+    if not live:
+        return None
+    return Share(min(x.bandwidth_gb_s for x in live), max(x.latency_ps for x in live))
 
 
 def alltoall_share(fabric, groups: list[list[str]]) -> Share | None:

@@ -1,0 +1,78 @@
+"""Cross-check: group_links' closed forms (no per-rank placement or routing) equal the exact
+path (place every rank, route every group) on every small layout of several small clusters,
+with and without down nodes, in more than one rank order; and large clusters skip the
+exact path entirely."""
+import itertools
+
+import pytest
+
+import topology.groups as G
+from topology.placement import place, uniform_domain_ranks
+
+from .helpers import cluster
+
+ORDERS = [("tp", "cp", "dp", "pp"), ("pp", "dp", "cp", "tp"), ("dp", "tp", "pp", "cp")]
+DEGREES = [1, 2, 3, 4, 8]
+
+
+def _exact(c, dims, order, fabric):
+    p = place(c, dims, order)
+    return {kind: G._kind_link(c, fabric, p, kind) for kind in dims}
+
+
+def _layouts(c):
+    for tp, cp, dp, pp in itertools.product(DEGREES, repeat=4):
+        if tp * cp * dp * pp <= c.available_gpus:
+            yield {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+
+
+# (nodes, gpus per node, nodes per NVLink domain, down nodes, closed form expected)
+FLAT_CASES = [
+    (8, 4, 1, [], True),
+    (8, 4, 1, [3], True),  # a flat node down: the remaining domains stay uniform
+    (6, 3, 1, [0, 4], True),  # odd node size: aligned placement leaves GPUs idle
+    (8, 4, 2, [], True),
+    (8, 4, 2, [2, 3], True),  # a whole NVLink domain down
+    (8, 4, 2, [3], False),  # a partly-down domain: exact fallback
+    (12, 2, 3, [], True),
+    (4, 6, 1, [], True),
+]
+
+
+@pytest.mark.parametrize("nodes,gpus,per_domain,down,closed", FLAT_CASES)
+def test_flat_closed_form_equals_exact_path(nodes, gpus, per_domain, down, closed):
+    c = cluster(nodes, gpus, {"kind": "nvlink_domain", "nodes_per_domain": per_domain},
+                unavailable_nodes=down)
+    fabric = G.fabric_for(c)
+    checked = 0
+    for dims in _layouts(c):
+        for order in ORDERS:
+            assert (uniform_domain_ranks(c, dims, order) is not None) == closed
+            fast = G.group_links(c, *dims.values(), order=order)
+            assert fast == _exact(c, dims, order, fabric), (dims, order)
+            checked += 1
+    assert checked >= 100
+
+
+def test_no_topology_field_uses_the_closed_form(seed_cluster):
+    assert uniform_domain_ranks(seed_cluster, {"tp": 8, "cp": 1, "dp": 64, "pp": 1}) == 8
+    fast = G.group_links(seed_cluster, 8, 1, 64, 1)
+    assert fast == _exact(seed_cluster, {"tp": 8, "cp": 1, "dp": 64, "pp": 1},
+                          ("tp", "cp", "dp", "pp"), G.fabric_for(seed_cluster))
+
+
+def test_100k_gpu_flat_query_places_no_rank(seed_cluster, monkeypatch):
+    """The closed form never lists slots: place() and fabric_for() must not be called."""
+    big = seed_cluster.model_copy(update={"name": "h6-flat-98304", "nodes": 12289, "unavailable_nodes": (5,)})
+
+    def boom(*_a, **_k):
+        raise AssertionError("exact path used")
+
+    monkeypatch.setattr(G, "place", boom)
+    monkeypatch.setattr(G, "fabric_for", boom)
+    links = G.group_links(big, 8, 2, 768, 8)
+    # Hand check: TP8 fills a node (450 GB/s NVLink); CP2 (stride 8) and DP (stride 16) cross
+    # nodes with one member per node: the 45 GB/s NIC, 10 us.
+    assert links["tp"].bandwidth_gb_s == 450 and not links["tp"].crosses_nodes
+    assert links["dp"].bandwidth_gb_s == 45 and links["dp"].domains == 768
+    assert links["cp"].ranks_per_node == 1 and links["cp"].latency_s == pytest.approx(10e-6)
