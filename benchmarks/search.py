@@ -1,4 +1,4 @@
-"""Search latency: the seed problem (top-10), a 16,384-GPU and a ~100,000-GPU cluster, and
+"""Search latency: the seed problem (top-10), a 16,384-GPU and two 100,000-GPU cases, and
 CP-SAT against the exhaustive oracle. Prints JSON (medians of repeats, cold first call too).
 
 Run: `python -m benchmarks.search [--repeats N] [--skip-large]`. Not part of the test gate.
@@ -31,7 +31,8 @@ def case(model, cluster, training, repeats: int, top_k: int = 10) -> dict:
     t = timed(lambda: search_layouts(model, cluster, training, {"top_k": top_k}), repeats)
     res = t.pop("result")
     best = res.layouts[0]
-    return {**t, "gpus": cluster.gpus, "status": res.status, "solves": res.solves,
+    return {**t, "gpus": cluster.gpus, "gpus_used": res.gpus_used, "fallback": res.fallback,
+            "status": res.status, "solves": res.solves,
             "evaluated": res.evaluated, "phases_last_s": res.phases,
             "best": {**best.layout.model_dump(), "step_time_s": best.estimate.step_time_s,
                      "mfu": best.estimate.mfu}}
@@ -59,10 +60,14 @@ def main() -> None:
         big_batch = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2048, tokens=15e12)
         c16k = cluster.model_copy(update={"name": "seed-16384", "nodes": 2048})
         out["gpus_16384_top10"] = case(model, c16k, big_batch, 2)
-        # 100,000 = 2^5 x 5^5 has no tp x pp x cp x dp split for a <= 126-layer model and a
-        # power-of-two batch, so the ~100k case is 12,288 nodes x 8 = 98,304 GPUs (2^15 x 3).
-        c98k = cluster.model_copy(update={"name": "seed-98304", "nodes": 12288})
-        out["gpus_98304_top10"] = case(load_model("llama3-405b"), c98k, big_batch, 2)
+        # 100,000 GPUs (12,500 nodes x 8). The seed model's 80 layers admit pp 5 | 100,000, and a
+        # 2,500-sequence batch (20,480,000 tokens) a DP degree that divides it: all GPUs used.
+        c100k = cluster.model_copy(update={"name": "seed-100000", "nodes": 12500})
+        batch_2500 = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2500, tokens=15e12)
+        out["gpus_100000_top10"] = case(model, c100k, batch_2500, 2)
+        # Llama 3 405B with a power-of-two batch: 100,000 = 2^5 x 5^5 has no tp x pp x cp x dp
+        # split, so the search falls back to the largest usable GPU counts (reported).
+        out["gpus_100000_llama405b_fallback_top10"] = case(load_model("llama3-405b"), c100k, big_batch, 2)
     print(json.dumps(out, indent=2, default=str))
 
 

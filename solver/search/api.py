@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from solver.errors import InfeasibleError, SolverTimeoutError
+from solver.errors import InfeasibleError, Problem, SolverTimeoutError, SpecError
 from solver.search.cpsat import LayoutModel
 from solver.search.driver import Evaluator, optimize, ranked_window
 from solver.search.exhaustive import evaluate
@@ -43,10 +43,37 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     SpecError for bad options (or training.tokens missing for run-level objectives).
     """
     options = parse_spec(SearchOptions, options or {}, "options")
+    if options.gpus is not None and options.gpus > cluster.available_gpus:
+        reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
+        raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])
     t0 = time.perf_counter()
     rows_builder = rows_builder or default_rows(cost_options)
-    evaluator = evaluator or default_evaluator(model, cluster, training, options, cost_options)
+
+    def make_evaluator(o: SearchOptions) -> Evaluator:
+        return evaluator or default_evaluator(model, cluster, training, o, cost_options)
+
     rows = rows_builder(LayoutModel(model, cluster, training, options))
+    if not rows.pipe_keys or not rows.shard_keys:
+        if not options.gpus_may_vary:  # no layout uses all the GPUs: try the largest usable counts
+            from solver.search.fallback import search_fewer_gpus
+
+            return search_fewer_gpus(model, cluster, training, options, t0,
+                                     lambda o: _search(model, cluster, training, o, rows_builder,
+                                                       make_evaluator(o), explain=False),
+                                     lambda: _raise_infeasible(model, cluster, training, options,
+                                                               cost_options, explain))
+        _raise_infeasible(model, cluster, training, options, cost_options, explain)
+    return _search(model, cluster, training, options, rows_builder, make_evaluator(options),
+                   explain, cost_options, rows, t0)
+
+
+def _search(model, cluster, training, options: SearchOptions, rows_builder: RowsBuilder,
+            evaluator: Evaluator, explain: bool, cost_options: Any = None, rows: TermRows | None = None,
+            t0: float | None = None) -> SearchResult:
+    """The search on one problem whose tables (rows) may already be built."""
+    t0 = time.perf_counter() if t0 is None else t0
+    if rows is None:
+        rows = rows_builder(LayoutModel(model, cluster, training, options))
     if not rows.pipe_keys or not rows.shard_keys:
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
     phases = {"tables_s": time.perf_counter() - t0}
@@ -64,7 +91,9 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     seconds = time.perf_counter() - t0
     phases["window_s"] = seconds - phases["tables_s"] - phases["optimize_s"]
     phases["rows"] = {"pipeline": len(rows.pipe_keys), "shard": len(rows.shard_keys)}
-    return _result(training, options, win, best, coef, seconds, phases, model.layers)
+    res = _result(training, options, win, best, coef, seconds, phases, model.layers)
+    res.gpus_available = cluster.available_gpus
+    return res
 
 
 def _raise_infeasible(model, cluster, training, options, cost_options, explain: bool) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from solver.search.cpsat import LayoutModel, make_solver
 from solver.search.options import SearchOptions
+from solver.search.rules import gpu_target
 from solver.search.scaling import memory_floor
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
@@ -58,17 +59,17 @@ def _structural(model, cluster, training, options) -> dict[str, Any] | None:
             if structural_core(model, cluster, training, relaxed) is None:
                 fixes.append({"change": "options", "set": change})
     return {"reason": f"no layout satisfies the {', '.join(core)} rules together "
-                      f"({_family_text(model, cluster, training, core)})",
+                      f"({_family_text(model, cluster, training, core, options)})",
             "kind": "structure", "families": core, "fixes": fixes}
 
 
-def _family_text(model, cluster, training, core: list[str]) -> str:
+def _family_text(model, cluster, training, core: list[str], options: SearchOptions) -> str:
     text = {
         "tensor": f"TP must divide {model.heads} heads / {model.kv_heads} kv heads and fit "
                   f"{cluster.gpus_per_node} GPUs per node",
         "pipeline": f"pp x vpp chunks over {model.layers} layers",
         "context": f"CP must split seq_len {training.seq_len} into 2 x cp chunks",
-        "gpus": f"tp x pp x cp x dp must equal {cluster.available_gpus} GPUs",
+        "gpus": f"tp x pp x cp x dp must equal {gpu_target(cluster, options)} GPUs",
         "batch": f"dp x micro_batch x accum x {training.seq_len} must hit "
                  f"{training.global_batch_tokens} tokens per step",
     }

@@ -33,6 +33,10 @@ class SearchOptions(StrictModel):
         default=None, gt=0, le=1e10, description="Run deadline for min_gpus_deadline, seconds.")
     allow_fewer_gpus: bool = Field(
         default=False, description="Layouts may use fewer than all available GPUs.")
+    gpus: int | None = Field(
+        default=None, ge=1, le=10**8,
+        description="Use exactly this many GPUs (at most the available ones; default: all of them). "
+                    "With allow_fewer_gpus or a GPU-minimizing objective it is the upper limit.")
     batch_tolerance: float = Field(
         default=0.0, ge=0, lt=1,
         description="Allowed relative miss of training.global_batch_tokens (0 = exact).")

@@ -48,6 +48,13 @@ class SearchResult:
     explanation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     phases: dict[str, Any] = field(default_factory=dict)  # seconds per phase, row counts
+    gpus_available: int | None = None  # the cluster's available GPUs
+    fallback: str | None = None  # why the layouts use fewer GPUs than asked (None: they do not)
+
+    @property
+    def gpus_used(self) -> list[int]:
+        """Distinct GPU counts of the returned layouts, largest first."""
+        return sorted({r.layout.gpus for r in self.layouts}, reverse=True)
 
     @property
     def best(self) -> RankedLayout | None:
@@ -58,6 +65,8 @@ class SearchResult:
             "layouts": [r.as_dict() for r in self.layouts],
             "search": {"status": self.status, "seconds": self.seconds, "objective": self.objective,
                        "bound_units": self.bound_units, "gap": self.gap, "solves": self.solves,
-                       "evaluated": self.evaluated, "notes": self.notes, "phases": self.phases},
+                       "evaluated": self.evaluated, "notes": self.notes, "phases": self.phases,
+                       "gpus_available": self.gpus_available, "gpus_used": self.gpus_used,
+                       "fallback": self.fallback},
             "explanation": self.explanation,
         }

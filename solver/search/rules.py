@@ -62,10 +62,16 @@ def context_ok(training: TrainingSpec, cp: int) -> bool:
     return cp == 1 or training.seq_len % (2 * cp) == 0
 
 
-def gpus_ok(cluster: ClusterSpec, options: SearchOptions, gpus: int) -> bool:
-    """All available GPUs are used, or at most that many when the GPU count may vary."""
+def gpu_target(cluster: ClusterSpec, options: SearchOptions) -> int:
+    """GPUs a layout must use (options.gpus, capped at the available GPUs; default all)."""
     available = cluster.available_gpus
-    return gpus <= available if options.gpus_may_vary else gpus == available
+    return available if options.gpus is None else min(options.gpus, available)
+
+
+def gpus_ok(cluster: ClusterSpec, options: SearchOptions, gpus: int) -> bool:
+    """The target GPU count is used, or at most that many when the GPU count may vary."""
+    target = gpu_target(cluster, options)
+    return gpus <= target if options.gpus_may_vary else gpus == target
 
 
 def accumulation(training: TrainingSpec, dp: int, micro_batch: int) -> int:

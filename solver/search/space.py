@@ -39,7 +39,7 @@ class Domains:
 
 def _degree_values(cluster: ClusterSpec, options: SearchOptions, upper: int) -> list[int]:
     """Degrees up to `upper`: divisors of the GPU count, or any count when GPUs may vary."""
-    g = cluster.available_gpus
+    g = rules.gpu_target(cluster, options)
     if options.gpus_may_vary:
         return list(range(1, min(upper, g) + 1))
     return [d for d in divisors(g) if d <= upper]
@@ -49,7 +49,7 @@ def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOpti
                raw: bool) -> list[int]:
     """DP degrees for which some micro-batch meets the batch rule (all degrees when raw)."""
     if raw:
-        return _degree_values(cluster, options, cluster.available_gpus)
+        return _degree_values(cluster, options, rules.gpu_target(cluster, options))
     seqs_max = int(training.global_batch_tokens * (1 + options.batch_tolerance)) // training.seq_len
     cands = _degree_values(cluster, options, max(1, seqs_max))
     mbs = range(1, options.max_micro_batch + 1)
@@ -63,7 +63,7 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     raw=True keeps values that break their own family's rule (for explanations: the
     family's constraint, not the domain, then rejects them and can appear in a core).
     """
-    g = cluster.available_gpus
+    g = rules.gpu_target(cluster, options)
     raw = raw and not options.gpus_may_vary  # raw ranges of a varying GPU count are too large
     tps = [t for t in _degree_values(cluster, options, g if raw else min(model.heads, g))
            if raw or rules.tensor_ok(model, cluster, options, t)]

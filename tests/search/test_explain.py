@@ -9,7 +9,7 @@ from solver.search import search_layouts
 from solver.search.options import SearchOptions
 from solver.search.rules import accumulation
 from solver.search.space import enumerate_layouts
-from solver.specs import LayoutSpec
+from solver.specs import LayoutSpec, TrainingSpec
 from tests.search.problems import tiny_cluster, tiny_model, tiny_training
 from topology.catalog import load_cluster
 
@@ -63,12 +63,21 @@ def test_excluded_zero_stage_is_offered_lightest_first():
 
 
 def test_structural_infeasibility_names_families_and_relaxation():
-    one = tiny_model(1, 1, 1, 64, 4, True)      # 1 layer, 1 head, 1 sequence per step
+    """A batch of 1.2 sequences cannot be hit exactly: the batch family, fixed by a tolerance."""
+    one = tiny_model(1, 1, 1, 64, 4, True)
+    training = TrainingSpec(seq_len=512, global_batch_tokens=int(1.2 * 512), tokens=1e9)
     with pytest.raises(InfeasibleError) as err:
-        search_layouts(one, tiny_cluster(1, 2, 80), tiny_training(6, 1))
+        search_layouts(one, tiny_cluster(1, 2, 80), training)
     ex = err.value.explanation
-    assert ex["kind"] == "structure" and ex["families"]
-    assert {"change": "options", "set": {"allow_fewer_gpus": True}} in ex["fixes"]
+    assert ex["kind"] == "structure" and "batch" in ex["families"]
+    assert {"change": "options", "set": {"batch_tolerance": 0.25}} in ex["fixes"]
+
+
+def test_no_split_of_all_gpus_falls_back_instead_of_failing():
+    """1 layer, 1 head, 1 sequence per step on 2 GPUs: only 1 GPU is usable, and it is said."""
+    one = tiny_model(1, 1, 1, 64, 4, True)
+    res = search_layouts(one, tiny_cluster(1, 2, 80), tiny_training(6, 1))
+    assert res.gpus_used == [1] and res.gpus_available == 2 and "no layout uses all 2 GPUs" in res.fallback
 
 
 def test_a_missed_deadline_is_not_called_a_memory_problem():
