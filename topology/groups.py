@@ -22,9 +22,12 @@ from math import gcd
 from typing import Callable
 
 from topology.placement import (
-    GROUP_KINDS, GroupKind, Placement, candidate_orders, parse_order, place, uniform_domain_ranks,
+    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, parse_order, place,
+    uniform_domain_ranks,
 )
-from topology.routing import FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share
+from topology.routing import (
+    FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
+)
 from topology.spec import ClusterSpec
 
 A2A_FLOW_LIMIT = 8_192  # all-to-all pairs routed per kind on graph fabrics (CP8 on 1,024 GPUs fits)
@@ -250,6 +253,12 @@ def _links(token: int, dims: tuple[int, int, int, int],
             fabric = _flat_figures(cluster)
             return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, e))
                          for kind in GROUP_KINDS)
+    npl = _tree_unit_nodes(cluster)
+    e = uniform_domain_ranks(cluster, named, order) if npl else None
+    if e is not None:
+        links = tuple((kind, _tree_kind_link(cluster, named, order, kind, e)) for kind in GROUP_KINDS)
+        if all(link is not None for _, link in links):
+            return links
     p = place(cluster, named, order)
     fabric = fabric_for(cluster)
     return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
@@ -282,3 +291,132 @@ def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
         if best is None or c < best[2]:
             best = (order, links, c)
     return best
+
+
+# --- Fat trees (fat_tree, rail_optimized) by symmetry -------------------------------------
+# Every link belongs to one unit (a leaf's nodes, or a rail-optimized scalable unit): the
+# GPU, NVSwitch and NIC links of its nodes and its leaves' spine links. A unit's links carry
+# only flows with an endpoint in it, and (ideal ECMP over identical spines) a flow leaving
+# the unit loads them the same whichever unit it goes to. So each distinct unit "view" is
+# routed once on a two-unit copy of the fabric (unit 0 = the unit, one GPU of unit 1 =
+# everywhere else), and the bottleneck is the minimum over views. Units whose views are
+# translates of each other (group pattern repeating every s*n ranks) share a view.
+MAX_VIEWS = 16  # distinct unit views routed per kind before falling back to the exact path
+
+
+def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
+    t = cluster.topology
+    if t is None or t.kind not in ("fat_tree", "rail_optimized") or cluster.unavailable_nodes:
+        return None
+    return t.nodes_per_leaf if cluster.nodes // t.nodes_per_leaf >= 2 else None
+
+
+@lru_cache(maxsize=16)
+def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int]]:
+    """The fabric of two units of this cluster, and the vertex indices of unit 0. One
+    spine carries all of a leaf's uplink capacity: with ECMP each of k spines gets 1/k of
+    the load and 1/k of the capacity, so capacity over load is unchanged."""
+    from topology.generators import build_graph
+
+    t = cluster.topology
+    npl = t.nodes_per_leaf
+    pair = cluster.model_copy(update={"name": f"{cluster.name}/unit-pair", "nodes": 2 * npl,
+                                      "topology": t.model_copy(update={"spines": 1})})
+    fabric = GraphFabric(build_graph(pair))
+
+    def in_unit0(v: str) -> bool:
+        if v.startswith("n"):
+            return int(v[1:v.index(".")]) < npl
+        return v == "leaf0" or v.startswith("su0.")
+    return fabric, frozenset(i for i, v in enumerate(fabric.names) if in_unit0(v))
+
+
+def _views(prog: Progressions, unit_ranks: int) -> list[int] | None:
+    """First ranks of units, one per distinct view (None: too many distinct views)."""
+    s, n, world, u = prog.s, prog.n, prog.world, unit_ranks
+    block, full = s * n, prog.world // unit_ranks
+    if s >= u:  # one member per unit: every rank sends out and receives from outside
+        starts = [0] if full else []
+    elif u % s == 0 and block % u == 0 and block > u:
+        margin = s + prog.e  # ring, sub-ring and column wraps stay this close to a block edge
+        edge = [p * u for p in range(block // u) if p * u < margin or (p + 1) * u > block - margin]
+        inner = [p * u for p in range(block // u) if p * u not in edge][:1]
+        starts = edge + inner
+    else:
+        period = min(full, block // gcd(block, u))
+        if period > MAX_VIEWS:
+            return None
+        starts = [k * u for k in range(period)]
+    return starts + ([full * u] if world % u else [])
+
+
+def _unit_flows(prog: Progressions, start: int, stop: int, phase: str, uniform) -> list[tuple[int, int]]:
+    """Flows (rank pairs) of one phase with an endpoint in ranks [start, stop)."""
+    out = []
+    inside = range(start, stop)
+    for r in inside:
+        b, i = prog.locate(r)
+        if phase == "a2a":
+            others = [b + k * prog.s for k in range(prog.n) if k != i]
+            out += [(r, m) for m in others] + [(m, r) for m in others if m not in inside]
+            continue
+        if phase == "ring":
+            nxt, prv = prog.ring_next(b, i, 1), prog.ring_next(b, i, -1)
+        elif phase == "intra":
+            nxt, prv = prog.domain_ring_next(b, i, 1), prog.domain_ring_next(b, i, -1)
+        elif uniform(b):
+            nxt, prv = prog.column_next(b, i, 1), prog.column_next(b, i, -1)
+        else:
+            continue
+        if nxt is not None:
+            out.append((r, nxt))
+            if prv not in inside:
+                out.append((prv, r))
+    return out
+
+
+def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progressions,
+                start: int, stop: int, phase: str, uniform) -> Share | None:
+    fabric, owned = pair
+    out_gpu = f"n{npl}.g0"
+
+    def name(r: int) -> str:
+        if start <= r < stop:
+            return f"n{(r - start) // prog.e}.g{(r - start) % prog.e}"
+        return out_gpu
+    flows = [(name(a), name(b)) for a, b in _unit_flows(prog, start, stop, phase, uniform)]
+    return owned_share(fabric, flows, owned)
+
+
+def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...],
+                    kind: GroupKind, e: int) -> GroupLink | None:
+    """_kind_link by unit views (see above); None when the views are too many."""
+    size, stride = dims[kind], _order_stride(order, dims, kind)
+    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    if size == 1:
+        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    npl = cluster.topology.nodes_per_leaf
+    prog = Progressions(world, stride, size, e)
+    starts = _views(prog, npl * e)
+    if starts is None:
+        return None
+    counts, spans, _ = _domain_stats(world, stride, size, e)
+    pair = _unit_pair(cluster)
+
+    def uniform(b: int) -> bool:
+        c, sp = _progression_counts(b % e, stride, size, e)
+        return len(c) == 1 and sp > 1
+
+    def phase_share(phase: str) -> Share | None:
+        shares = [_view_share(pair, npl, prog, a, min(a + npl * e, world), phase, uniform) for a in starts]
+        return slowest(shares)
+    ring_f = _fig(phase_share("ring"), base)
+    intra_f = _fig(phase_share("intra"), ring_f)
+    inter_f = _fig(phase_share("inter"), ring_f)
+    a2a_f: tuple[float | None, float | None] = (None, None)
+    if world * (size - 1) <= A2A_FLOW_LIMIT:
+        share = phase_share("a2a")
+        a2a_f = (share.bandwidth_gb_s * (size - 1), share.latency_ps / PS)
+    k = next(iter(counts)) if len(counts) == 1 else 1
+    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)

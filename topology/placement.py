@@ -172,3 +172,47 @@ def uniform_domain_ranks(cluster: ClusterSpec, dims: dict[str, int],
     unit = _unit(dims, order, f)
     aligned = f // unit * unit
     return aligned if aligned * domains >= dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"] else f
+
+
+@dataclass(frozen=True)
+class Progressions:
+    """The groups of one kind when rank r sits in domain r // e (uniform_domain_ranks):
+    group members b + i*s, i < n, bases b = q*s*n + j (j < s), without listing ranks."""
+
+    world: int
+    s: int  # stride
+    n: int  # size
+    e: int  # ranks per domain
+
+    def locate(self, r: int) -> tuple[int, int]:
+        """(base b, index i) of rank r in its group."""
+        q, rem = divmod(r, self.s * self.n)
+        return q * self.s * self.n + rem % self.s, rem // self.s
+
+    def first_in_domain(self, b: int, d: int) -> int:
+        """Smallest index i with b + i*s in domain d or later (ceil division)."""
+        return max(0, -(-(d * self.e - b) // self.s))
+
+    def last_in_domain(self, b: int, d: int) -> int:
+        return min(self.n - 1, ((d + 1) * self.e - 1 - b) // self.s)
+
+    def ring_next(self, b: int, i: int, step: int) -> int:
+        """Rank of the member `step` (+1 or -1) along the group ring."""
+        return b + (i + step) % self.n * self.s
+
+    def domain_ring_next(self, b: int, i: int, step: int) -> int | None:
+        """Next member (step +1/-1) on the sub-ring inside i's domain; None if alone."""
+        d = (b + i * self.s) // self.e
+        lo, hi = self.first_in_domain(b, d), self.last_in_domain(b, d)
+        if lo == hi:
+            return None
+        return b + (lo + (i - lo + step) % (hi - lo + 1)) * self.s
+
+    def column_next(self, b: int, i: int, step: int) -> int:
+        """Member at i's position in the next (step +1/-1) domain of the group, cyclic
+        (the cross-domain rings of uniform groups)."""
+        d = (b + i * self.s) // self.e
+        lo, hi = self.first_in_domain(b, d), self.last_in_domain(b, d)
+        edge = hi + 1 if step > 0 else lo - 1
+        other = (b + edge % self.n * self.s) // self.e
+        return b + (self.first_in_domain(b, other) + i - lo) * self.s

@@ -65,7 +65,7 @@ class FlatFabric:
             for v in group:
                 per_domain[self.domain_of[v]] += 1
             shares.append(self.alltoall_counts_share(len(group), per_domain.values()))
-        return _slowest(shares)
+        return slowest(shares)
 
     def alltoall_counts_share(self, size: int, counts) -> Share | None:
         """alltoall_share of groups of `size` GPUs whose members per NVLink domain take
@@ -266,7 +266,8 @@ class Share:
     latency_ps: int
 
 
-def _slowest(shares: list[Share | None]) -> Share | None:
+def slowest(shares: list[Share | None]) -> Share | None:
+    """The slowest of several shares (min bandwidth, max latency); None if all are None."""
     live = [x for x in shares if x is not None]
     if not live:
         return None
@@ -290,6 +291,22 @@ def concurrent_share(fabric, groups: list[list[tuple[str, str]]]) -> Share | Non
         for r in fabric.route(flows):
             lat = max(lat, r.latency_ps)
             for key, frac in r.edges:
+                load[key] += frac
+    if lat < 0:
+        return None
+    cap = fabric.capacity_gb_s
+    return Share(min(cap(key) / n for key, n in load.items()), lat)
+
+
+def owned_share(fabric: GraphFabric, flows: list[tuple[str, str]], owned: frozenset[int]) -> Share | None:
+    """concurrent_share counting only the links with an end in `owned` (vertex indices),
+    latency over every flow; None without flows."""
+    load: dict[Hashable, float] = defaultdict(float)
+    lat = -1
+    for r in fabric.route(flows):
+        lat = max(lat, r.latency_ps)
+        for key, frac in r.edges:
+            if key[0] in owned or key[1] in owned:
                 load[key] += frac
     if lat < 0:
         return None

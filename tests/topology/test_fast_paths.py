@@ -76,3 +76,86 @@ def test_100k_gpu_flat_query_places_no_rank(seed_cluster, monkeypatch):
     assert links["tp"].bandwidth_gb_s == 450 and not links["tp"].crosses_nodes
     assert links["dp"].bandwidth_gb_s == 45 and links["dp"].domains == 768
     assert links["cp"].ranks_per_node == 1 and links["cp"].latency_s == pytest.approx(10e-6)
+
+
+def _close(a, b):
+    """GroupLinks equal, floats to 1e-12: the symmetric path sums ECMP fractions in
+    another order (e.g. twenty 1/20 shares), which can move the last bit."""
+    for field in a.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        if isinstance(x, float) and isinstance(y, float):
+            assert x == pytest.approx(y, rel=1e-12), field
+        else:
+            assert x == y, field
+
+
+TREES = [
+    (8, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 2, "nic_gb_s": 40,
+            "oversubscription": 2.0, "spines": 3}, []),
+    (8, 4, {"kind": "rail_optimized", "nodes_per_leaf": 2, "nics_per_node": 4, "nic_gb_s": 40,
+            "oversubscription": 2.0, "spines": 2}, []),
+    (12, 2, {"kind": "fat_tree", "nodes_per_leaf": 3, "nics_per_node": 1, "nic_gb_s": 40,
+             "oversubscription": 4.0, "spines": 2}, []),
+    (6, 3, {"kind": "rail_optimized", "nodes_per_leaf": 2, "nics_per_node": 3, "nic_gb_s": 40,
+            "oversubscription": 1.5, "spines": 5}, []),
+    (8, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 2, "nic_gb_s": 40,
+            "oversubscription": 2.0, "spines": 3}, [5]),  # a node down: exact path
+]
+
+
+@pytest.mark.parametrize("nodes,gpus,topo,down", TREES)
+def test_fat_tree_symmetric_path_equals_full_routing(nodes, gpus, topo, down, monkeypatch):
+    c = cluster(nodes, gpus, topo, unavailable_nodes=down)
+    fabric = G.fabric_for(c)
+    used = {"views": 0}
+    real = G._tree_kind_link
+
+    def counting(*args):
+        used["views"] += 1
+        return real(*args)
+    monkeypatch.setattr(G, "_tree_kind_link", counting)
+    checked = 0
+    for dims in _layouts(c):
+        for order in ORDERS[:2]:
+            fast = G.group_links(c, *dims.values(), order=order)
+            exact = _exact(c, dims, order, fabric)
+            for kind in dims:
+                _close(fast[kind], exact[kind])
+                checked += 1
+    assert checked >= 400
+    assert (used["views"] > 0) == (not down)
+
+
+def test_too_many_views_fall_back_to_routing(monkeypatch):
+    c = cluster(8, 4, TREES[0][2], name="h6-few-views")  # own name: not memoized by other tests
+    monkeypatch.setattr(G, "MAX_VIEWS", 0)
+    placed = []
+    real = G.place
+    monkeypatch.setattr(G, "place", lambda *a: placed.append(a) or real(*a))
+    dims = {"tp": 1, "cp": 3, "dp": 1, "pp": 4}  # CP blocks of 3 ranks against 8-rank units
+    fast = G.group_links(c, *dims.values())
+    assert placed
+    exact = _exact(c, dims, ORDERS[0], G.fabric_for(c))
+    for kind in dims:
+        _close(fast[kind], exact[kind])
+
+
+def test_16k_rail_optimized_query_routes_one_unit_pair(monkeypatch):
+    """DGX H100 SuperPOD fat tree scaled to 2,048 nodes (64 scalable units): no rank is
+    placed and the full graph is never built. Hand check of TP8 x DP2048: TP inside the
+    node at 360 GB/s; DP steps go GPU g -> GPU g of the next node on rail g, so every NIC
+    carries one flow (45 GB/s); the slowest step leaves its unit: NIC 5 us + leaf-spine
+    0.5 us + spine-leaf 0.5 us + NIC 5 us = 11 us."""
+    from topology.catalog import load_cluster
+
+    big = load_cluster("dgx-h100-superpod-fattree").model_copy(update={"name": "h6-16k", "nodes": 2048})
+
+    def boom(*_a, **_k):
+        raise AssertionError("exact path used")
+    monkeypatch.setattr(G, "place", boom)
+    monkeypatch.setattr(G, "fabric_for", boom)
+    links = G.group_links(big, 8, 1, 2048, 1)
+    assert links["tp"].bandwidth_gb_s == 360 and not links["tp"].crosses_nodes
+    assert links["dp"].bandwidth_gb_s == pytest.approx(45, rel=1e-12)
+    assert links["dp"].latency_s == pytest.approx(11e-6, rel=1e-9)
+    assert links["dp"].domains == 2048 and links["dp"].ranks_per_node == 1
