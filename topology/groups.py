@@ -22,8 +22,8 @@ from math import gcd
 from typing import Callable
 
 from topology.placement import (
-    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, parse_order, place,
-    uniform_domain_ranks,
+    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, domain_stats, parse_order,
+    place, progression_counts, uniform_domain_ranks,
 )
 from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
@@ -155,47 +155,6 @@ def _order_stride(order: tuple[str, ...], dims: dict[str, int], kind: str) -> in
     return stride
 
 
-def _progression_counts(x: int, s: int, n: int, e: int) -> tuple[frozenset[int], int]:
-    """Members per domain (distinct values) and domains spanned of the ranks x + i*s,
-    i < n, with rank r in domain r // e and 0 <= x < e. Windows k >= 1 hold
-    floor((hi - x) / s) - ceil((lo - x) / s) + 1 members; the interior ones repeat with
-    period s / gcd(e, s) in k (their offset (k*e - x) mod s does), so O(s) windows."""
-    if s >= e:
-        return frozenset({1}), n
-    last = x + (n - 1) * s
-    k1 = last // e
-    counts = {min(n, (e - 1 - x) // s + 1)}
-    interior = range(1, min(k1 - 1, s // gcd(e, s)) + 1)
-    for k in (*interior, k1) if k1 else ():
-        lo, hi = k * e, min((k + 1) * e - 1, last)
-        counts.add((hi - x) // s - (lo - x + s - 1) // s + 1)
-    return frozenset(counts), k1 + 1
-
-
-@lru_cache(maxsize=65536)
-def _domain_stats(world: int, s: int, n: int, e: int) -> tuple[frozenset[int], int, bool]:
-    """Over every group of one kind (stride s, size n, bases q*s*n + j with j < s) when
-    rank r sits in domain r // e: the distinct members-per-domain counts, the most
-    domains one group spans, and whether a group with equal counts spans >= 2 domains.
-    A group's pattern depends only on its base mod e, so each residue is done once."""
-    block = s * n
-    if s >= e:
-        xs: set[int] = {0}
-    elif (world // block) * s <= 4 * e:
-        xs = {(b0 + j) % e for b0 in range(0, world, block) for j in range(s)}
-    else:
-        period = e // gcd(block, e)
-        xs = {(q * block + j) % e for q in range(min(world // block, period)) for j in range(s)}
-    counts: set[int] = set()
-    spans, uniform_multi = 1, False
-    for x in xs:
-        c, sp = _progression_counts(x, s, n, e)
-        counts |= c
-        spans = max(spans, sp)
-        uniform_multi = uniform_multi or (len(c) == 1 and sp > 1)
-    return frozenset(counts), spans, uniform_multi
-
-
 def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, int],
                     order: tuple[GroupKind, ...], kind: GroupKind, e: int) -> GroupLink:
     """_kind_link in closed form on a FlatFabric when rank r sits in domain r // e
@@ -206,7 +165,7 @@ def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, in
     if size == 1:
         return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
     world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
-    counts, spans, uniform_multi = _domain_stats(world, stride, size, e)
+    counts, spans, uniform_multi = domain_stats(world, stride, size, e)
     shared = max(counts) >= 2  # some domain holds two members: NVLink ring steps
     ring_f = _fig(fabric.ports_share(shared, spans > 1), base)
     intra_f = _fig(fabric.ports_share(shared, False), ring_f)
@@ -401,11 +360,11 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
     starts = _views(prog, npl * e)
     if starts is None:
         return None
-    counts, spans, _ = _domain_stats(world, stride, size, e)
+    counts, spans, _ = domain_stats(world, stride, size, e)
     pair = _unit_pair(cluster)
 
     def uniform(b: int) -> bool:
-        c, sp = _progression_counts(b % e, stride, size, e)
+        c, sp = progression_counts(b % e, stride, size, e)
         return len(c) == 1 and sp > 1
 
     def phase_share(phase: str) -> Share | None:

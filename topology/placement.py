@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import permutations
+from math import gcd
 from typing import Literal
 
 from topology.errors import InfeasibleError, Problem, SpecError
@@ -216,3 +217,44 @@ class Progressions:
         edge = hi + 1 if step > 0 else lo - 1
         other = (b + edge % self.n * self.s) // self.e
         return b + (self.first_in_domain(b, other) + i - lo) * self.s
+
+
+def progression_counts(x: int, s: int, n: int, e: int) -> tuple[frozenset[int], int]:
+    """Members per domain (distinct values) and domains spanned of the ranks x + i*s,
+    i < n, with rank r in domain r // e and 0 <= x < e. Windows k >= 1 hold
+    floor((hi - x) / s) - ceil((lo - x) / s) + 1 members; the interior ones repeat with
+    period s / gcd(e, s) in k (their offset (k*e - x) mod s does), so O(s) windows."""
+    if s >= e:
+        return frozenset({1}), n
+    last = x + (n - 1) * s
+    k1 = last // e
+    counts = {min(n, (e - 1 - x) // s + 1)}
+    interior = range(1, min(k1 - 1, s // gcd(e, s)) + 1)
+    for k in (*interior, k1) if k1 else ():
+        lo, hi = k * e, min((k + 1) * e - 1, last)
+        counts.add((hi - x) // s - (lo - x + s - 1) // s + 1)
+    return frozenset(counts), k1 + 1
+
+
+@lru_cache(maxsize=65536)
+def domain_stats(world: int, s: int, n: int, e: int) -> tuple[frozenset[int], int, bool]:
+    """Over every group of one kind (stride s, size n, bases q*s*n + j with j < s) when
+    rank r sits in domain r // e: the distinct members-per-domain counts, the most
+    domains one group spans, and whether a group with equal counts spans >= 2 domains.
+    A group's pattern depends only on its base mod e, so each residue is done once."""
+    block = s * n
+    if s >= e:
+        xs: set[int] = {0}
+    elif (world // block) * s <= 4 * e:
+        xs = {(b0 + j) % e for b0 in range(0, world, block) for j in range(s)}
+    else:
+        period = e // gcd(block, e)
+        xs = {(q * block + j) % e for q in range(min(world // block, period)) for j in range(s)}
+    counts: set[int] = set()
+    spans, uniform_multi = 1, False
+    for x in xs:
+        c, sp = progression_counts(x, s, n, e)
+        counts |= c
+        spans = max(spans, sp)
+        uniform_multi = uniform_multi or (len(c) == 1 and sp > 1)
+    return frozenset(counts), spans, uniform_multi
