@@ -151,6 +151,7 @@ def head_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: i
     return t
 
 
+@lru_cache(maxsize=65536)
 def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int) -> GroupLink:
     """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron)."""
     lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp)

@@ -22,7 +22,9 @@ from ortools.sat.python import cp_model
 
 from solver.search.cpsat import make_solver
 from solver.search.exhaustive import Evaluated, layout_key
-from solver.search.model import Coefficients, SearchModel, TermRows, useful_rows, window_rows
+from solver.search.model import (
+    Coefficients, SearchModel, TermRows, incumbent, useful_rows, window_rows,
+)
 from solver.search.options import SearchOptions
 from solver.specs import LayoutSpec
 
@@ -40,7 +42,7 @@ class Optimum:
 
 def optimize(rows: TermRows, coef: Coefficients, options: SearchOptions, deadline: float) -> Optimum:
     """Minimize the objective over all rows."""
-    sm = SearchModel(rows, coef, *useful_rows(rows, coef))
+    sm = SearchModel(rows, coef, *useful_rows(rows, coef, bound=incumbent(rows, coef)))
     sm.cp.minimize(sm.objective)
     solver = make_solver(options, deadline)
     name = solver.status_name(solver.solve(sm.cp))
@@ -57,7 +59,7 @@ class _Collector(cp_model.CpSolverSolutionCallback):
         self.sm, self.seen, self.new = sm, seen, []
 
     def on_solution_callback(self) -> None:
-        pair = self.sm.chosen(self.boolean_value)
+        pair = self.sm.chosen(self.value)
         if pair not in self.seen:
             self.seen.add(pair)
             self.new.append(pair)

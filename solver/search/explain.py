@@ -97,7 +97,7 @@ def lightest_layout(model, cluster, training, options, cost_options=None) -> dic
     solver = make_solver(options, time.perf_counter() + options.time_limit_s)
     if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
         return None
-    layout = sm.layout(*sm.chosen(solver.boolean_value))
+    layout = sm.layout(*sm.chosen(solver.value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
     return {"layout": layout.model_dump(), "memory_per_gpu_bytes": est.memory_per_gpu_bytes,
             "usable_bytes": _usable_bytes(cluster, cost_options)}
@@ -132,7 +132,7 @@ def fitting_layout(model, cluster, training, options: SearchOptions, cost_option
     solver = make_solver(options, time.perf_counter() + options.time_limit_s)
     if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
         return None
-    layout = sm.layout(*sm.chosen(solver.boolean_value))
+    layout = sm.layout(*sm.chosen(solver.value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
     if not est.fits:  # cannot happen: the fit test is the evaluator's own; kept as a guard
         return None

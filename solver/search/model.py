@@ -62,6 +62,7 @@ class TermRows:
     memory: Callable[[int, int], float]
     pipe_memory: list[float]
     shard_memory: list[float]
+    monotone_fit: bool = False  # fits(i, j) holds iff pipe_memory[i] <= a threshold of j
     _groups: dict | None = None
 
     def groups(self) -> dict[tuple, tuple[list[int], list[int], dict[int, list[int]]]]:
@@ -73,10 +74,27 @@ class TermRows:
             for j, k in enumerate(self.shard_keys):
                 out.setdefault(shard_group(k), ([], [], {}))[1].append(j)
             for pipes, shards, fit in out.values():
-                for j in shards:
-                    fit[j] = [i for i in pipes if self.fits(i, j)]
+                if self.monotone_fit:
+                    self._threshold_fit(pipes, shards, fit)
+                else:
+                    for j in shards:
+                        fit[j] = [i for i in pipes if self.fits(i, j)]
             self._groups = out
         return self._groups
+
+    def _threshold_fit(self, pipes: list[int], shards: list[int], fit: dict[int, list[int]]) -> None:
+        """fit[j] = the pipeline rows that fit with j: a prefix in pipe_memory order, its
+        length found by bisection with the exact fits(i, j) (same sets as testing each pair)."""
+        order = sorted(pipes, key=self.pipe_memory.__getitem__)
+        for j in shards:
+            lo, hi = 0, len(order)  # order[:lo] fit; order[hi:] do not
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.fits(order[mid], j):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            fit[j] = order[:lo]
 
 
 def layout_of(pipe_key: tuple, shard_key: tuple) -> LayoutSpec:
@@ -141,6 +159,9 @@ class SearchModel:
         self.cp.add_exactly_one(self.x)
         self.cp.add_exactly_one(self.y)
         self._link(memory_limit)
+        # Positions of the chosen rows as two integers, read once per solution (chosen()).
+        self.pipe_pos = cp_model.LinearExpr.weighted_sum(self.x, range(len(self.x)))
+        self.shard_pos = cp_model.LinearExpr.weighted_sum(self.y, range(len(self.y)))
         self.objective = self.expr(coef.pipe, coef.shard)
         if coef.deadline is not None:
             run_pipe, run_shard, limit = coef.deadline
@@ -166,10 +187,8 @@ class SearchModel:
                         self.cp.add(y[j] <= sum(x[i] for i in fit[j] if i in x))
 
     def chosen(self, value: Callable) -> tuple[int, int]:
-        """(pipeline row index, shard row index) of a solution (value: solver.boolean_value)."""
-        i = next(i for i, x in zip(self.pipe_idx, self.x) if value(x))
-        j = next(j for j, y in zip(self.shard_idx, self.y) if value(y))
-        return i, j
+        """(pipeline row index, shard row index) of a solution (value: solver.value)."""
+        return self.pipe_idx[int(value(self.pipe_pos))], self.shard_idx[int(value(self.shard_pos))]
 
     def layout(self, i: int, j: int) -> LayoutSpec:
         return layout_of(self.rows.pipe_keys[i], self.rows.shard_keys[j])
@@ -196,20 +215,51 @@ def window_rows(rows: TermRows, coef: Coefficients, threshold: int) -> tuple[lis
     return pipe, shard
 
 
-def useful_rows(rows: TermRows, coef: Coefficients, memory_limit: bool = True) -> tuple[list[int], list[int]]:
+def incumbent(rows: TermRows, coef: Coefficients) -> int | None:
+    """The objective of the best fitting (pipeline, shard) pair, by direct evaluation.
+
+    An upper bound on the optimum (it is a layout's value), used to drop rows whose lower
+    bound exceeds it before CP-SAT runs. None with a deadline constraint (not checked here).
+    """
+    if coef.deadline is not None:
+        return None
+    best = None
+    pipe = coef.pipe.__getitem__
+    for _, shards, fit in rows.groups().values():
+        for j in shards:
+            if fit[j]:
+                v = coef.shard[j] + min(map(pipe, fit[j]))
+                best = v if best is None or v < best else best
+    return best
+
+
+def useful_rows(rows: TermRows, coef: Coefficients, memory_limit: bool = True,
+                bound: int | None = None) -> tuple[list[int], list[int]]:
     """Rows that can be part of an optimal layout: exact reductions before optimizing.
 
-    Within a group, a row never chosen with a fitting partner is dropped, and so is a row
-    dominated by another row of its group with a coefficient no larger and every fitting
-    partner of it (the optimum value is unchanged; the window enumeration uses all rows).
+    With `bound` (an objective some layout reaches), rows that cannot reach it are dropped
+    (window_rows). Within a group, a row never chosen with a fitting partner is dropped,
+    and so is a row dominated by another row of its group with a coefficient no larger and
+    every fitting partner of it (the optimum value is unchanged; the window enumeration
+    uses all rows).
     """
+    keep_p = keep_s = None
+    if bound is not None:
+        kp, ks = window_rows(rows, coef, bound)
+        keep_p, keep_s = set(kp), set(ks)
     pipe, shard = [], []
     for pipes, shards, fit in rows.groups().values():
+        if keep_p is not None:
+            pipes = [i for i in pipes if i in keep_p]
+            shards = [j for j in shards if j in keep_s]
+            if not pipes or not shards:
+                continue
+        pset = set(pipes)
         partners: dict[int, set[int]] = {i: set() for i in pipes}
+        shard_fit = {j: set(fit[j] if memory_limit else pipes) & pset for j in shards}
         for j in shards:
-            for i in fit[j] if memory_limit else pipes:
+            for i in shard_fit[j]:
                 partners[i].add(j)
-        shard_fit = {j: set(fit[j] if memory_limit else pipes) for j in shards}
         pipe += _front({i: (coef.pipe[i], partners[i]) for i in pipes})
         shard += _front({j: (coef.shard[j], shard_fit[j]) for j in shards})
     return sorted(pipe), sorted(shard)

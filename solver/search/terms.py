@@ -42,6 +42,8 @@ class _Terms:
         self.head = lru_cache(maxsize=None)(self._head)
         self.p2p = lru_cache(maxsize=None)(self._p2p)
         self.per_layer_act = lru_cache(maxsize=None)(self._act)
+        self.state = lru_cache(maxsize=None)(self._state)
+        self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
         kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
@@ -66,9 +68,12 @@ class _Terms:
         layers = layers_on_rank(self.ctx.model.layers, pp, vpp)
         return compose_step_time(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=m).step_time_s
 
+    def _state(self, tp, pp, dp, cp, zero):
+        return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+
     def memory_rest(self, tp, pp, cp, dp, sp, zero, mb) -> tuple[float, ...]:
         """(weights, gradients, optimizer, logits, comm buffers, overhead) bytes per GPU."""
-        st = M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+        st = self.state(tp, pp, dp, cp, zero)
         return (st.weights, st.gradients, st.optimizer,
                 M.logits_bytes(self.ctx, tp=tp, cp=cp, micro_batch=mb),
                 M.comm_buffer_bytes(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb),
@@ -81,9 +86,8 @@ class _Terms:
         terms = MemoryTerms(w, g, o, activations, logits, comm, overhead)
         return compose_memory(terms)["total"]
 
-    def dp_opt_s(self, tp, cp, dp, pp, zero_stage, micro_batch) -> float:
-        """dp_exposed_s + optimizer_s of one step (accumulation from dp and micro_batch)."""
-        m = accumulation(self.ctx.training, dp, micro_batch)
+    def _dp_opt(self, tp, cp, dp, pp, zero_stage, m) -> float:
+        """dp_exposed_s + optimizer_s of one step with m micro-batches per replica."""
         kw = dict(tp=tp, cp=cp, dp=dp, pp=pp, zero=zero_stage)
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
@@ -96,16 +100,20 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True)
     """
     ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
     t = _Terms(ctx)
+    accum = {}  # (dp, micro_batch) -> accumulation (batch_plan), computed once per pair
     keys, pipe, act = [], [], []
     for key in lm.pipeline_rows():
         tp, pp, cp, dp, vpp, mb, sp, rc = key
-        m, spb, rcn = accumulation(ctx.training, dp, mb), bool(sp), RECOMPUTE_NAMES[rc]
+        m = accum.get((dp, mb))
+        if m is None:
+            m = accum[(dp, mb)] = accumulation(ctx.training, dp, mb)
+        spb, rcn = bool(sp), RECOMPUTE_NAMES[rc]
         keys.append(key)
         pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)) if with_time else 0)
         act.append(t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m))
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
-    shard_units = [time_int(t.dp_opt_s(tp, cp, dp, pp, z, mb)) if with_time else 0
+    shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
                    for tp, pp, cp, dp, sp, z, mb in shards]
     rest = [t.memory_rest(tp, pp, cp, dp, bool(sp), z, mb) for tp, pp, cp, dp, sp, z, mb in shards]
     usable = usable_memory_bytes(ctx)
@@ -113,5 +121,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True)
     def memory(i: int, j: int) -> float:
         return t.memory_total(rest[j], act[i])
 
+    # memory_total is a float sum in which the activation bytes enter once, so it never
+    # decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
     return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS,
-                    lambda i, j: memory(i, j) <= usable, memory, act, [sum(r) for r in rest])
+                    lambda i, j: memory(i, j) <= usable, memory, act, [sum(r) for r in rest],
+                    monotone_fit=True)
