@@ -20,11 +20,12 @@ from topology.spec import ClusterSpec, parse_spec
 RowsBuilder = Callable[[LayoutModel], TermRows]
 
 
-def default_rows(cost_options: Any = None) -> RowsBuilder:
-    """The cost model's terms (solver.cost.step) tabulated for CP-SAT."""
+def default_rows(cost_options: Any = None, prune: bool = False) -> RowsBuilder:
+    """The cost model's terms (solver.cost.step) tabulated for CP-SAT (prune: only the row
+    groups that can hold a top-K layout, solver.search.prune)."""
     from solver.search.terms import term_rows
 
-    return lambda lm: term_rows(lm, cost_options)
+    return lambda lm: term_rows(lm, cost_options, prune=prune)
 
 
 def default_evaluator(model, cluster, training, options, cost_options=None) -> Evaluator:
@@ -47,7 +48,7 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])
     t0 = time.perf_counter()
-    rows_builder = rows_builder or default_rows(cost_options)
+    rows_builder = rows_builder or default_rows(cost_options, prune=True)
 
     def make_evaluator(o: SearchOptions) -> Evaluator:
         return evaluator or default_evaluator(model, cluster, training, o, cost_options)

@@ -99,7 +99,8 @@ def ranked_window(rows: TermRows, coef: Coefficients, best: int, options: Search
     """The top-K layouts by the evaluator's exact objective (see module docstring)."""
     err = coef.error_units + 1.0  # +1 unit covers float summation-order differences
     hi = sum(max(v) for v in (coef.pipe, coef.shard))
-    win = Window(threshold=best + max(math.ceil(2 * err), math.ceil(FIRST_WINDOW * abs(best))))
+    first = math.ceil(FIRST_WINDOW * abs(coef.step_part(best)))  # relative to the step time
+    win = Window(threshold=best + max(math.ceil(2 * err), first))
     k = options.top_k
     while True:
         for layout in enumerate_window(rows, coef, win, options, deadline):

@@ -113,6 +113,11 @@ class Coefficients:
     error_units: float
     exact: Callable[[LayoutSpec, float], float]  # (layout, step_time_s) -> exact objective
     deadline: tuple[list[int], list[int], int] | None = None  # run-time rows and limit
+    gpu_weight: int | None = None  # min_gpus*: objective = GPUs x gpu_weight + step units
+
+    def step_part(self, value: int) -> int:
+        """The step-time part of an objective value (all of it unless GPUs are weighted)."""
+        return value % self.gpu_weight if self.gpu_weight else value
 
 
 def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec) -> Coefficients:
@@ -143,7 +148,7 @@ def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec)
     return Coefficients(
         rows.pipe_units,
         [u + weight * k[0] * k[1] * k[2] * k[3] for k, u in zip(rows.shard_keys, rows.shard_units)],
-        rows.error_units, lambda lo, t: lo.gpus * weight + t / TIME_UNIT_S, deadline)
+        rows.error_units, lambda lo, t: lo.gpus * weight + t / TIME_UNIT_S, deadline, weight)
 
 
 class SearchModel:

@@ -27,6 +27,7 @@ from solver.cost.step import MemoryTerms, TimeTerms, compose_memory, compose_ste
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows
+from solver.search.prune import prune_keys
 from solver.search.rules import accumulation
 from solver.search.scaling import time_int
 
@@ -92,21 +93,31 @@ class _Terms:
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
 
-def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True) -> TermRows:
+def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
+              prune: bool = False) -> TermRows:
     """The two cost tables over the structurally valid rows of `lm` (see module docstring).
 
     with_time=False leaves the time columns at 0: memory-only questions (what fits?) need
     no communication terms, hence no topology queries, and build much faster.
+    prune=True keeps only the row groups that can hold one of the lm.options.top_k best
+    layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
     """
     ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
     t = _Terms(ctx)
-    accum = {}  # (dp, micro_batch) -> accumulation (batch_plan), computed once per pair
+    accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
+
+    def accum_of(dp: int, mb: int) -> int:
+        if (dp, mb) not in accum:
+            accum[(dp, mb)] = accumulation(ctx.training, dp, mb)
+        return accum[(dp, mb)]
+
+    all_keys = list(lm.pipeline_rows())
+    if prune and with_time:
+        all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
     keys, pipe, act = [], [], []
-    for key in lm.pipeline_rows():
+    for key in all_keys:
         tp, pp, cp, dp, vpp, mb, sp, rc = key
-        m = accum.get((dp, mb))
-        if m is None:
-            m = accum[(dp, mb)] = accumulation(ctx.training, dp, mb)
+        m = accum_of(dp, mb)
         spb, rcn = bool(sp), RECOMPUTE_NAMES[rc]
         keys.append(key)
         pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)) if with_time else 0)

@@ -1,0 +1,88 @@
+"""Exact pruning of whole row groups before the cost tables are built (bound and incumbent).
+
+A group is (tp, pp, cp, dp, sp, micro_batch); its rows vary vpp, recompute and ZeRO stage.
+Every layout of a group has a step time of at least (solver.cost.step.compose_step_time,
+all terms >= 0, layers_on_rank(L, pp, vpp) = ceil(L / (pp vpp)) vpp >= L / pp)
+
+    lower = (L / pp) x (m + (pp - 1) / v_max) x min over recompute of layer_s + m x head_extra_s
+
+(layer_s = compute + TP + CP time of one layer, v_max the largest vpp of the group's rows;
+p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasing bound;
+each visited group's layouts are evaluated in full (the same memoized terms, the same
+memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
+best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
+all later ones. Not used with a deadline constraint (run-time limits are not bounded here).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from solver.search.cpsat import RECOMPUTE_NAMES
+from solver.search.objective import objective_units
+from solver.specs import LayoutSpec
+
+# Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
+MARGIN = 1e-9
+
+
+def group_of(key: tuple) -> tuple:
+    tp, pp, cp, dp, vpp, mb, sp, rc = key
+    return (tp, pp, cp, dp, sp, mb)
+
+
+def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usable: float) -> list[tuple]:
+    """The pipeline keys of the groups that can hold a top-K layout (see module docstring).
+
+    t: the memoized terms (solver.search.terms._Terms); accum(dp, mb) -> accumulation.
+    """
+    options, training = lm.options, lm.training
+    if options.objective == "min_gpus_deadline":
+        return keys
+    by_group: dict[tuple, list[tuple]] = {}
+    for key in keys:
+        by_group.setdefault(group_of(key), []).append(key)
+
+    def objective(g: tuple, step_s: float) -> float:
+        tp, pp, cp, dp, sp, mb = g
+        return objective_units(options, training, LayoutSpec(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb),
+                               step_s)
+
+    bounds = sorted((objective(g, _lower_s(lm, t, g, rows, accum)), g) for g, rows in by_group.items())
+    worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
+    kept: set[tuple] = set()
+    for lb, g in bounds:
+        if len(worst_k) >= options.top_k and lb > -worst_k[0] * (1 + MARGIN) + 1.0:
+            break
+        kept.add(g)
+        for value in _group_values(lm, t, g, by_group[g], accum, usable):
+            obj = objective(g, value)
+            if len(worst_k) < options.top_k:
+                heapq.heappush(worst_k, -obj)
+            elif obj < -worst_k[0]:
+                heapq.heapreplace(worst_k, -obj)
+    return [k for k in keys if group_of(k) in kept]
+
+
+def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
+    tp, pp, cp, dp, sp, mb = g
+    m, spb = accum(dp, mb), bool(sp)
+    v_max = max(r[4] for r in rows)
+    layer_s = min(sum(t.layer(tp, cp, spb, RECOMPUTE_NAMES[rc], mb)) for rc in {r[7] for r in rows})
+    return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * t.head(tp, cp, spb, mb, pp)
+
+
+def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> list[float]:
+    """Step times (s) of every fitting layout of the group (pipeline part + DP/optimizer part)."""
+    tp, pp, cp, dp, sp, mb = g
+    m, spb = accum(dp, mb), bool(sp)
+    out = []
+    shards = [(t.dp_opt(tp, cp, dp, pp, z, m), t.memory_rest(tp, pp, cp, dp, spb, z, mb))
+              for z in lm.values["zero_stage"]]
+    for key in rows:
+        vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
+        pipe_s = t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
+        act = t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m)
+        out += [pipe_s + dp_s for dp_s, rest in shards if t.memory_total(rest, act) <= usable]
+    return out
+
