@@ -1,0 +1,48 @@
+"""Group pruning before the tables: the bound is a true lower bound, and the top-K is exact."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from solver.cost.estimate import estimate_layout, make_context
+from solver.search import exhaustive_search, search_layouts
+from solver.search.cpsat import LayoutModel
+from solver.search.options import SearchOptions
+from solver.search.prune import _lower_s, group_of
+from solver.search.rules import accumulation
+from solver.search.space import enumerate_layouts
+from solver.search.terms import _Terms, term_rows
+from tests.search.problems import binding_cluster, models, shapes, tiny_model, tiny_training, trainings
+
+SMALL = dict(max_micro_batch=2, max_vpp=3, max_cp=2, time_limit_s=30)
+
+
+@settings(deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
+@given(models, shapes, trainings)
+def test_group_bound_is_below_every_layout_of_the_group(model, shape, training):
+    cluster = binding_cluster(model, *shape)
+    options = SearchOptions(allow_fewer_gpus=True, **SMALL)
+    lm = LayoutModel(model, cluster, training, options)
+    t = _Terms(make_context(model, cluster, training))
+    rows: dict = {}
+    for key in lm.pipeline_rows():
+        rows.setdefault(group_of(key), []).append(key)
+    acc = lambda dp, mb: accumulation(training, dp, mb)  # noqa: E731
+    for layout in enumerate_layouts(model, cluster, training, options):
+        lo = layout
+        g = (lo.tp, lo.pp, lo.cp, lo.dp, int(lo.sequence_parallel), lo.micro_batch)
+        step = estimate_layout(model, cluster, training, lo).step_time_s
+        assert _lower_s(lm, t, g, rows[g], acc) <= step * (1 + 1e-12), lo
+
+
+@pytest.mark.parametrize("objective, fewer", [("step_time", True), ("min_cost", False), ("min_gpus", False)])
+def test_pruned_top10_equals_exhaustive_on_64_gpus(objective, fewer):
+    """A 12-layer model on 8 nodes x 8 GPUs with varying GPU counts (thousands of layouts)."""
+    model = tiny_model(12, 8, 2, 128, 4, True)
+    cluster, training = binding_cluster(model, 8, 8, 0.5), tiny_training(1024, 32)
+    options = SearchOptions(top_k=10, objective=objective, allow_fewer_gpus=fewer, max_micro_batch=2,
+                            max_vpp=2, max_cp=2, recompute=("none", "full"))
+    expected = [e.objective_units for e in exhaustive_search(model, cluster, training, options)[:10]]
+    res = search_layouts(model, cluster, training, options)
+    assert [r.objective_units for r in res.layouts] == pytest.approx(expected, rel=1e-12)
+    full = term_rows(LayoutModel(model, cluster, training, options))
+    assert res.phases["rows"]["pipeline"] < len(full.pipe_keys)  # the pruning did prune
