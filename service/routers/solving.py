@@ -47,36 +47,25 @@ def run_search(model, cluster, training, options) -> dict[str, Any]:
 
 
 def run_plan(model, cluster, training, options) -> dict[str, Any]:
-    """The full plan (solver.plan.build_plan) with its layout section from the CP-SAT search
-    (solver.search.api.plan_layouts) under this request's options and the server's limits.
+    """The plan of `trainplan plan` (solver.plan.build_plan), its layout ranking from the
+    same search (solver.layouts.searched_layouts) under this request's options and caps.
 
     Raises: InfeasibleError, SpecError, SolverTimeoutError.
     """
+    from solver.layouts import searched_layouts
     from solver.plan import build_plan
-    from solver.search.api import plan_layouts
 
     return build_plan(model, cluster, training,
-                      rank_layouts=lambda m, c, t: plan_layouts(m, c, t, options))
+                      rank_layouts=lambda m, c, t: searched_layouts(m, c, t, options))
 
 
 def run_estimate(model, cluster, training, layout) -> dict[str, Any]:
-    """Accounting (solver.plan) merged with the cost model's prediction (solver.cost.estimate).
-
-    Raises: SpecError when the layout does not fit the model or the cluster.
+    """The estimate of `trainplan estimate` (solver.layouts.estimate): accounting plus the
+    cost model's prediction. Raises: SpecError when the layout does not fit model or cluster.
     """
-    from solver.plan import estimate_accounting
+    from solver.layouts import estimate
 
-    result = estimate_accounting(model, cluster, training, layout)
-    try:
-        from solver.cost.estimate import estimate_layout
-    except ModuleNotFoundError:
-        return result
-    predicted = estimate_layout(model, cluster, training, layout).as_dict()
-    memory = {**result.get("memory_per_gpu_bytes", {}), **predicted.get("memory_per_gpu_bytes", {})}
-    merged = {**result, **predicted, "memory_per_gpu_bytes": memory}
-    if "total" in memory and "memory_capacity_bytes" in result:
-        merged["memory_free_bytes"] = result["memory_capacity_bytes"] - memory["total"]
-    return merged
+    return estimate(model, cluster, training, layout)
 
 
 REPORT_LAYOUTS = 6  # layouts charted in a plan's report
