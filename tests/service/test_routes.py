@@ -199,3 +199,33 @@ def test_plan_nothing_fits_is_422_and_not_stored(client):
                                        "options": {"time_limit_s": 5}})
     assert r.status_code == 422 and r.json()["error"]["type"] == "infeasible", r.text
     assert "location" not in r.headers
+
+
+def test_estimate_equals_cli(client, capsys):
+    """POST /v1/estimate returns what `trainplan estimate --format json` prints."""
+    import json
+
+    from service.cli import main
+
+    assert main(["estimate", "--model", "seed-70b", "--cluster", "seed-512", "--training",
+                 "seed-300b", "--layout", json.dumps(SEED_LAYOUT), "--format", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    http = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).json()
+    assert http == json.loads(json.dumps(cli))
+
+
+def test_plan_layouts_equal_cli(client, capsys):
+    """POST /v1/plans ranks the same layouts as `trainplan plan` (timings aside)."""
+    import json
+
+    from service.cli import main
+    from solver.plan import LAYOUT_FIELDS
+
+    assert main(["plan", "--model", "seed-70b", "--cluster", "seed-512", "--training",
+                 "seed-300b", "--format", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    http = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 5}}).json()
+    key = lambda plan: [tuple(e[k] for k in LAYOUT_FIELDS) for e in plan["layouts"]]  # noqa: E731
+    assert key(http) == key(cli)
+    for section in ("parameters", "memory", "flops", "time", "batch", "communication"):
+        assert http[section] == cli[section], section
