@@ -64,6 +64,10 @@ def _nice_step(raw: float) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
+def _label(rows: list[dict[str, Any]], i: int) -> str:
+    return escape(str(rows[i].get("label") or f"#{i + 1}"))
+
+
 def _colors(keys: list[str]) -> dict[str, str]:
     return {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
 
@@ -107,7 +111,7 @@ def memory_chart(rows: list[dict[str, Any]], capacity_bytes: float) -> str:
                        f'data-bytes="{value:.0f}" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
                        f'height="{bh:.1f}" fill="{colors[key]}"><title>{escape(key)}: '
                        f'{value / 1e9:.2f} GB</title></rect>')
-        svg.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">#{i + 1}</text>'
+        svg.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10">{_label(rows, i)}</text>'
                    f'<text x="{x:.1f}" y="{y - 3:.1f}" font-size="10">{sum(p.values()) / 1e9:.1f}</text>')
     cap_y = base - capacity_bytes / top * plot_h
     svg.append(f'<line class="capacity-line" data-bytes="{capacity_bytes:.0f}" x1="{left}" '
@@ -134,7 +138,7 @@ def time_chart(rows: list[dict[str, Any]]) -> str:
            f'<text x="4" y="16" font-size="11">seconds per step (axis to {top:.3g} s)</text>']
     for i, p in enumerate(parts):
         y, x = 30 + i * row_h, float(left)
-        svg.append(f'<text x="4" y="{y + 14}" font-size="10">#{i + 1}</text>')
+        svg.append(f'<text x="4" y="{y + 14}" font-size="10">{_label(rows, i)}</text>')
         for key, value in p.items():
             bw = value / top * plot_w
             svg.append(f'<rect class="bar" data-layout="{i}" data-component="{escape(key)}" '
@@ -158,7 +162,10 @@ SUMMARY = (("Parameters", "parameters.total"), ("Model state, bytes", "memory.mo
            ("Training FLOPs", "flops.total"), ("Assumed MFU", "time.assumed_mfu"),
            ("Wall time, s", "time.wall_s"), ("GPU-hours", "time.gpu_hours"),
            ("Tokens per step", "batch.tokens_per_step"), ("Optimizer steps", "batch.steps"),
-           ("DP grad-sync lower bound, s", "communication.dp_grad_sync_lower_bound_s"))
+           ("DP grad-sync lower bound, s", "communication.dp_grad_sync_lower_bound_s"),
+           ("Predicted step time, s (best layout)", "prediction.step_time_s"),
+           ("Predicted MFU", "prediction.mfu"), ("Predicted wall time, days", "prediction.days"),
+           ("Predicted GPU-hours", "prediction.gpu_hours"))
 
 
 def _layout_rows(plan: dict[str, Any], charted: list[dict[str, Any]]) -> list[list[Any]]:
@@ -176,6 +183,21 @@ def _layout_rows(plan: dict[str, Any], charted: list[dict[str, Any]]) -> list[li
                     + [entry.get("step_time_s"), entry.get("mfu"),
                        None if _num(total) is None else total / 1e9, entry.get("fits")])
     return rows
+
+
+def _ladder_section(choice: dict[str, Any] | None) -> str:
+    """The seed ladder's choice against the best layout: rank, slowdown and why."""
+    if not choice or "layout" not in choice:
+        return ""
+    rank = (f"ranks {choice['rank_min']}-{choice['rank_max']} of {choice['fitting_layouts']} "
+            "fitting layouts" if "rank_min" in choice else "does not fit")
+    slower = _num(choice.get("slower_than_best"))
+    head = (f"<p class=\"ladder-choice\">{escape(layout_label(choice['layout']))}: "
+            f"{_fmt(choice.get('step_time_s'))} s per step, MFU {_fmt(choice.get('mfu'))}, {rank}"
+            + (f", {slower:.1%} slower than the best" if slower is not None else "") + ".</p>")
+    why = [[w.get("component"), w.get("seconds")] for w in choice.get("why") or []]
+    return ("<h2>The seed ladder's choice</h2>" + head
+            + (_table(["component", "seconds more than the best"], why, "ladder-why") if why else ""))
 
 
 def _item(item: Any) -> str:
@@ -210,23 +232,26 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;colo
 def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) -> str:
     """The HTML page of one stored plan (its report data holds the chart inputs)."""
     rows = report.get("layouts") or []
+    ranked = [r for r in rows if str(r.get("label", "#")).startswith("#")]  # not the ladder's
     title = f"trainplan: {report.get('model', 'model')} on {report.get('cluster', 'cluster')}"
     summary = _table(["quantity", "value"], [[name, _dig(plan, path)] for name, path in SUMMARY],
                      "summary")
     layouts = _table(["#"] + list(LAYOUT_COLUMNS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
-                     _layout_rows(plan, rows), "layouts")
+                     _layout_rows(plan, ranked), "layouts")
     charts = ""
     if rows:
-        charts = (f"<h2>Per-GPU memory, top {len(rows)} layouts</h2>"
+        charts = (f"<h2>Per-GPU memory, top {len(ranked)} layouts</h2>"
                   + memory_chart(rows, float(report.get("capacity_bytes") or 0))
                   + f"<h2>Step-time breakdown</h2>" + time_chart(rows)
-                  + "<ol class=\"chart-keys\">"
-                  + "".join(f"<li>{escape(layout_label(r['layout']))}</li>" for r in rows) + "</ol>")
+                  + "<ul class=\"chart-keys\">"
+                  + "".join(f"<li>{_label(rows, i)}: {escape(layout_label(r['layout']))}</li>"
+                            for i, r in enumerate(rows)) + "</ul>")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{escape(title)}</h1><p class=\"plan-id\">plan {escape(plan_id)} · GPU "
             f"{escape(str(report.get('gpu', '')))}</p><h2>Estimates</h2>{summary}"
             f"<h2>Layouts, best first</h2>{layouts}{charts}"
+            + _ladder_section(plan.get("ladder_choice"))
             + _list_section("Validation stages", plan.get("validation_stages"))
             + _list_section("Failure checks", plan.get("failure_checks"))
             + "<h2>Full plan JSON</h2><details><summary>show</summary><pre>"

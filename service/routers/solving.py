@@ -94,10 +94,17 @@ def report_data(plan: dict[str, Any], model, cluster, training) -> dict[str, Any
                 pass
             else:
                 data = {**data, **estimate_layout(model, cluster, training, layout).as_dict()}
-        rows.append({"layout": {k: getattr(layout, k) for k in LAYOUT_FIELDS},
-                     "step_time_s": data.get("step_time_s"), "mfu": data.get("mfu"),
-                     "fits": data.get("fits"),
-                     "memory_per_gpu_bytes": data.get("memory_per_gpu_bytes") or {},
-                     "time_breakdown_s": data.get("time_breakdown_s") or {}})
+        rows.append(_chart_row(f"#{len(rows) + 1}", {k: getattr(layout, k) for k in LAYOUT_FIELDS},
+                               data))
+    choice = plan.get("ladder_choice") or {}
+    if choice.get("memory_per_gpu_bytes") and choice.get("time_breakdown_s"):
+        rows.append(_chart_row("ladder", choice["layout"], choice))
     return {"capacity_bytes": cluster.gpu.memory_bytes, "gpu": cluster.gpu.name,
             "model": model.name, "cluster": cluster.name, "layouts": rows}
+
+
+def _chart_row(label: str, layout: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    return {"label": label, "layout": layout, "step_time_s": data.get("step_time_s"),
+            "mfu": data.get("mfu"), "fits": data.get("fits"),
+            "memory_per_gpu_bytes": data.get("memory_per_gpu_bytes") or {},
+            "time_breakdown_s": data.get("time_breakdown_s") or {}}

@@ -16,6 +16,7 @@ class Page(HTMLParser):
         self.charts: dict[str, dict[str, list[dict]]] = {}
         self.tables: list[str] = []
         self.scripts = 0
+        self.texts: list[str] = []
         self._chart: str | None = None
 
     def handle_starttag(self, tag, attrs):
@@ -31,6 +32,10 @@ class Page(HTMLParser):
             self.tables.append(a.get("class", ""))
         elif tag == "script":
             self.scripts += 1
+
+    def handle_data(self, data):
+        if self._chart:
+            self.texts.append(data.strip())
 
     def handle_endtag(self, tag):
         if tag == "svg":
@@ -97,11 +102,13 @@ def test_stored_plan_report_page(client):
     page = parse(client.get(plan["links"]["report"]).text)
     assert {"summary", "layouts"} <= set(page.tables)
     mem = page.charts["memory-chart"]
-    shown = min(6, len(plan["layouts"]))
+    # the top six layouts, then the seed ladder's choice (TP8 + ZeRO-1) for comparison
+    shown = min(6, len(plan["layouts"])) + ("ladder_choice" in plan)
     assert {b["data-layout"] for b in mem["bars"]} == {str(i) for i in range(shown)}
+    assert {b["data-layout"] for b in page.charts["time-chart"]["bars"]} == {str(i) for i in range(shown)}
     capacity = [ln for ln in mem["lines"] if "capacity-line" in ln.get("class", "")]
     assert float(capacity[0]["data-bytes"]) == 80e9  # seed GPU: 80 GB
     for i in range(shown):  # every charted layout fits: its stack stays under the line
         total = sum(float(b["data-bytes"]) for b in mem["bars"] if b["data-layout"] == str(i))
         assert 0 < total <= 80e9
-    assert "time-chart" in page.charts
+    assert "ladder-why" in page.tables and "ladder" in page.texts
