@@ -7,15 +7,14 @@ from fastapi.responses import JSONResponse
 from service.routers import solving
 from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
 from service.routers.errors import jsonable
-from service.routers.schemas import EstimateIn
+from service.routers.schemas import EstimateIn, error_responses
 from service.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(require_token)])
 
 
 @router.post("/estimate", summary="Estimate one layout (the JSON of `trainplan estimate`)",
-             responses={422: {"description": "bad input or a layout that does not fit the model"},
-                        503: {"description": "saturated"}})
+             responses=error_responses(401, 413, 422, 503))
 def post_estimate(body: EstimateIn, request: Request,
                   settings: Settings = Depends(app_settings)) -> JSONResponse:
     specs = load_specs(model=body.model, cluster=body.cluster, training=body.training,

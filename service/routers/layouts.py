@@ -10,7 +10,7 @@ from service.launchers import launchers, rank_placement
 from service.routers import solving
 from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
 from service.routers.errors import jsonable
-from service.routers.schemas import LayoutsIn
+from service.routers.schemas import LayoutsIn, error_responses
 from service.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["layouts"], dependencies=[Depends(require_token)])
@@ -29,8 +29,7 @@ def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, 
 
 @router.post("/layouts", summary="Ranked layouts with Megatron-LM / torchtitan / DeepSpeed "
              "configs and rank placement",
-             responses={422: {"description": "bad input, or nothing fits (error.type 'infeasible')"},
-                        503: {"description": "saturated, or no layout found in the time limit"}})
+             responses=error_responses(401, 413, 422, 503))
 def post_layouts(body: LayoutsIn, request: Request,
                  settings: Settings = Depends(app_settings)) -> JSONResponse:
     specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)

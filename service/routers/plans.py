@@ -10,15 +10,14 @@ from service.routers.common import (
     app_settings, app_store, check_cluster_size, load_specs, require_token,
 )
 from service.routers.errors import jsonable
-from service.routers.schemas import PlanIn
+from service.routers.schemas import PlanIn, error_responses
 from service.settings import Settings
 from service.store import PlanStore, StoredPlan
 
 router = APIRouter(prefix="/v1", tags=["plans"], dependencies=[Depends(require_token)])
 
 PlanId = Path(min_length=1, max_length=64, description="The id POST /v1/plans returned.")
-_ERRORS = {404: {"description": "unknown id"}, 422: {"description": "bad input, or nothing fits "
-           "(error.type 'infeasible' with error.explanation)"}, 503: {"description": "saturated"}}
+_ERRORS = error_responses(401, 404, 413, 422, 503)
 
 
 def _body(stored: StoredPlan, limits: dict | None = None) -> dict:

@@ -84,3 +84,36 @@ class EstimateIn(ProblemIn):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b", "layout": SEED_LAYOUT},
     ]})
+
+
+class ProblemOut(BaseModel):
+    """One problem with the request: a dotted field path and the reason."""
+
+    field: str = Field(examples=["model.layers"])
+    reason: str = Field(examples=["Input should be greater than or equal to 1"])
+
+
+class ErrorDetail(BaseModel):
+    status: int = Field(examples=[422])
+    type: str = Field(description="invalid_input, infeasible, not_found, unauthorized, too_large, "
+                                  "saturated, solver_timeout, internal", examples=["invalid_input"])
+    message: str
+    problems: list[ProblemOut] = Field(default_factory=list)
+    explanation: dict[str, Any] | None = Field(
+        default=None, description="When nothing fits: why, and the smallest change that fits.")
+
+
+class ErrorOut(BaseModel):
+    """Every error response: {"error": {...}}."""
+
+    error: ErrorDetail
+
+
+def error_responses(*codes: int) -> dict[int, dict[str, Any]]:
+    """OpenAPI `responses=` entries for these status codes, all with the ErrorOut body."""
+    text = {401: "missing or wrong bearer token", 404: "unknown plan id",
+            413: "request body too large",
+            422: "bad input (problems name the fields), or nothing fits (type 'infeasible' "
+                 "with an explanation)",
+            503: "saturated (all solve slots busy) or no layout found within the time limit"}
+    return {c: {"model": ErrorOut, "description": text[c]} for c in codes}

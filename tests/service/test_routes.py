@@ -229,3 +229,10 @@ def test_plan_layouts_equal_cli(client, capsys):
     assert key(http) == key(cli)
     for section in ("parameters", "memory", "flops", "time", "batch", "communication"):
         assert http[section] == cli[section], section
+
+
+def test_openapi_documents_the_error_body(client):
+    spec = client.get("/openapi.json").json()
+    post = spec["paths"]["/v1/layouts"]["post"]["responses"]
+    assert post["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
+    assert {"401", "413", "503"} <= set(post)
