@@ -40,7 +40,7 @@ class Settings(BaseModel):
         default_factory=lambda: max(1, os.cpu_count() or 1), ge=1,
         description="Solves running at once; further requests wait up to queue_wait_s, then 503.")
     queue_wait_s: float = Field(
-        default=0.5, ge=0, description="How long a request waits for a solve slot before 503.")
+        default=5.0, ge=0, description="How long a request waits for a solve slot before 503.")
     max_top_k: int = Field(default=20, ge=1, description="Most layouts one request may ask for.")
     max_cluster_gpus: int = Field(
         default=200_000, ge=1,
