@@ -21,7 +21,7 @@ def live_server(db_url):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(Settings(database_url=db_url, max_body_bytes=4096))
+    app = create_app(Settings(database_url=db_url, max_body_bytes=4096, max_concurrent_solves=2))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
@@ -50,6 +50,27 @@ def test_real_http_round_trip(live_server):
         big = http.post("/v1/estimate", content=b"x" * 10_000, headers={"content-type": "application/json"})
         assert big.status_code == 413
         assert http.get("/v1/plans/" + "0" * 32).status_code == 404
+
+
+def test_concurrent_requests_queue_for_slots(live_server):
+    """4 plans at once through 2 solve slots (5 s queue): all stored, distinct ids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base, server = live_server
+    body = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
+            "options": {"top_k": 2}}
+
+    def post(_):
+        with httpx.Client(base_url=base, timeout=60, trust_env=False) as http:
+            return http.post("/v1/plans", json=body)
+
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(post, range(4)))
+    assert [r.status_code for r in replies] == [201] * 4
+    ids = {r.json()["id"] for r in replies}
+    assert len(ids) == 4
+    with httpx.Client(base_url=base, timeout=30, trust_env=False) as http:
+        assert all(http.get(f"/v1/plans/{i}").status_code == 200 for i in ids)
 
 
 def test_trainplan_serve_command(tmp_path):
