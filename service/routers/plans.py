@@ -18,6 +18,9 @@ router = APIRouter(prefix="/v1", tags=["plans"], dependencies=[Depends(require_t
 
 PlanId = Path(min_length=1, max_length=64, description="The id POST /v1/plans returned.")
 _ERRORS = error_responses(401, 404, 413, 422, 503)
+# The report page has no scripts and no external assets; the browser is told so.
+REPORT_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+                  "X-Content-Type-Options": "nosniff"}
 
 
 def _body(stored: StoredPlan, limits: dict | None = None) -> dict:
@@ -63,4 +66,4 @@ def get_plan(plan_id: str = PlanId, store: PlanStore = Depends(app_store)) -> JS
             summary="A stored plan as an HTML page with SVG charts")
 def get_report(plan_id: str = PlanId, store: PlanStore = Depends(app_store)) -> HTMLResponse:
     stored = _get(store, plan_id)
-    return HTMLResponse(render_report(stored.plan, stored.report, stored.id))
+    return HTMLResponse(render_report(stored.plan, stored.report, stored.id), headers=REPORT_HEADERS)

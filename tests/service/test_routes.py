@@ -73,6 +73,7 @@ def test_plan_create_get_and_report(client):
         {k: v for k, v in plan.items() if k != "limits"}
     page = client.get(plan["links"]["report"])
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
     assert "<svg" in page.text
 
 
