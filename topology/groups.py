@@ -215,9 +215,7 @@ def _links(token: int, dims: tuple[int, int, int, int],
     npl = _tree_unit_nodes(cluster)
     e = uniform_domain_ranks(cluster, named, order) if npl else None
     if e is not None:
-        links = tuple((kind, _tree_kind_link(cluster, named, order, kind, e)) for kind in GROUP_KINDS)
-        if all(link is not None for _, link in links):
-            return links
+        return tuple((kind, _tree_kind_link(cluster, named, order, kind, e)) for kind in GROUP_KINDS)
     p = place(cluster, named, order)
     fabric = fabric_for(cluster)
     return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
@@ -260,7 +258,6 @@ def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
 # routed once on a two-unit copy of the fabric (unit 0 = the unit, one GPU of unit 1 =
 # everywhere else), and the bottleneck is the minimum over views. Units whose views are
 # translates of each other (group pattern repeating every s*n ranks) share a view.
-MAX_VIEWS = 16  # distinct unit views routed per kind before falling back to the exact path
 
 
 def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
@@ -290,23 +287,30 @@ def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int]]:
     return fabric, frozenset(i for i, v in enumerate(fabric.names) if in_unit0(v))
 
 
-def _views(prog: Progressions, unit_ranks: int) -> list[int] | None:
-    """First ranks of units, one per distinct view (None: too many distinct views)."""
+def _views(prog: Progressions, unit_ranks: int) -> list[int]:
+    """First ranks of units, one per distinct view. Groups lie in blocks of s*n ranks and
+    repeat block to block, so units at the same offset from the block pattern (rank mod
+    s*n) share a view. When s divides the unit size, units farther than s + e ranks from
+    every block edge (ring, sub-ring and column wraps stay that close) share a view with
+    any unit so placed in a block whose groups sit alike on the domains (block start mod e).
+    """
     s, n, world, u = prog.s, prog.n, prog.world, unit_ranks
-    block, full = s * n, prog.world // unit_ranks
+    block, full = s * n, world // unit_ranks
+    partial = [full * u] if world % u else []
     if s >= u:  # one member per unit: every rank sends out and receives from outside
-        starts = [0] if full else []
-    elif u % s == 0 and block % u == 0 and block > u:
-        margin = s + prog.e  # ring, sub-ring and column wraps stay this close to a block edge
-        edge = [p * u for p in range(block // u) if p * u < margin or (p + 1) * u > block - margin]
-        inner = [p * u for p in range(block // u) if p * u not in edge][:1]
-        starts = edge + inner
-    else:
-        period = min(full, block // gcd(block, u))
-        if period > MAX_VIEWS:
-            return None
-        starts = [k * u for k in range(period)]
-    return starts + ([full * u] if world % u else [])
+        return ([0] if full else []) + partial
+    if u % s or block <= u:
+        return [k * u for k in range(min(full, block // gcd(block, u)))] + partial
+    margin = s + prog.e
+    views: dict[tuple[str, int], int] = {}
+    for q in range(world // block + 1):
+        edge = q * block
+        for k in range(max(0, (edge - margin - u) // u), min(full - 1, (edge + margin) // u) + 1):
+            views.setdefault(("edge", k * u % block), k * u)
+        k = -(-(edge + margin) // u)  # first unit of block q clear of both edges
+        if k < full and (k + 1) * u + margin <= edge + block:
+            views.setdefault(("inner", edge % prog.e), k * u)
+    return list(views.values()) + partial
 
 
 def _unit_flows(prog: Progressions, start: int, stop: int, phase: str, uniform) -> list[tuple[int, int]]:
@@ -348,8 +352,8 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progre
 
 
 def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...],
-                    kind: GroupKind, e: int) -> GroupLink | None:
-    """_kind_link by unit views (see above); None when the views are too many."""
+                    kind: GroupKind, e: int) -> GroupLink:
+    """_kind_link by unit views (see above)."""
     size, stride = dims[kind], _order_stride(order, dims, kind)
     base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
     if size == 1:
@@ -358,8 +362,6 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
     npl = cluster.topology.nodes_per_leaf
     prog = Progressions(world, stride, size, e)
     starts = _views(prog, npl * e)
-    if starts is None:
-        return None
     counts, spans, _ = domain_stats(world, stride, size, e)
     pair = _unit_pair(cluster)
 

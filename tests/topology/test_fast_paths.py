@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 import topology.groups as G
-from topology.placement import place, uniform_domain_ranks
+from topology.placement import Progressions, place, uniform_domain_ranks
 
 from .helpers import cluster
 
@@ -126,18 +126,20 @@ def test_fat_tree_symmetric_path_equals_full_routing(nodes, gpus, topo, down, mo
     assert (used["views"] > 0) == (not down)
 
 
-def test_too_many_views_fall_back_to_routing(monkeypatch):
-    c = cluster(8, 4, TREES[0][2], name="h6-few-views")  # own name: not memoized by other tests
-    monkeypatch.setattr(G, "MAX_VIEWS", 0)
-    placed = []
-    real = G.place
-    monkeypatch.setattr(G, "place", lambda *a: placed.append(a) or real(*a))
-    dims = {"tp": 1, "cp": 3, "dp": 1, "pp": 4}  # CP blocks of 3 ranks against 8-rank units
-    fast = G.group_links(c, *dims.values())
-    assert placed
-    exact = _exact(c, dims, ORDERS[0], G.fabric_for(c))
-    for kind in dims:
-        _close(fast[kind], exact[kind])
+@pytest.mark.parametrize("dims", [(1, 1, 18, 4), (2, 1, 9, 4), (1, 3, 6, 4), (2, 2, 5, 4), (1, 1, 36, 2)])
+def test_blocks_that_straddle_units_match_full_routing(dims):
+    """Group blocks (stride x size ranks) not a multiple of the 4-rank unit: block edges
+    fall at many offsets inside units, and interior units share one view."""
+    c = cluster(40, 2, {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 1, "nic_gb_s": 40,
+                        "oversubscription": 3.0, "spines": 2}, name="h6-straddle")
+    named = dict(zip(("tp", "cp", "dp", "pp"), dims))
+    for order in ORDERS:
+        fast = G.group_links(c, *dims, order=order)
+        exact = _exact(c, named, order, G.fabric_for(c))
+        for kind in named:
+            _close(fast[kind], exact[kind])
+    prog = Progressions(72, 1, 18, 2)  # the DP groups of (1, 1, 18, 4): 18 units, 4 blocks
+    assert len(G._views(prog, 4)) < 18
 
 
 def test_16k_rail_optimized_query_routes_one_unit_pair(monkeypatch):
