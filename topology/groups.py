@@ -22,8 +22,8 @@ from math import gcd
 from typing import Callable
 
 from topology.placement import (
-    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, domain_stats, parse_order,
-    place, progression_counts, uniform_domain_ranks,
+    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, cluster_slots, domain_stats,
+    parse_order, place, progression_counts, uniform_domain_ranks,
 )
 from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
@@ -213,10 +213,12 @@ def _links(token: int, dims: tuple[int, int, int, int],
             return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, e))
                          for kind in GROUP_KINDS)
     npl = _tree_unit_nodes(cluster)
-    e = uniform_domain_ranks(cluster, named, order) if npl else None
+    e = uniform_domain_ranks(cluster, named, order) if npl and not cluster.unavailable_nodes else None
     if e is not None:
         return tuple((kind, _tree_kind_link(cluster, named, order, kind, e)) for kind in GROUP_KINDS)
     p = place(cluster, named, order)
+    if npl:
+        return tuple((kind, _tree_placed_link(cluster, p, kind)) for kind in GROUP_KINDS)
     fabric = fabric_for(cluster)
     return tuple((kind, _kind_link(cluster, fabric, p, kind)) for kind in GROUP_KINDS)
 
@@ -262,7 +264,7 @@ def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
 
 def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
     t = cluster.topology
-    if t is None or t.kind not in ("fat_tree", "rail_optimized") or cluster.unavailable_nodes:
+    if t is None or t.kind not in ("fat_tree", "rail_optimized"):
         return None
     return t.nodes_per_leaf if cluster.nodes // t.nodes_per_leaf >= 2 else None
 
@@ -313,31 +315,6 @@ def _views(prog: Progressions, unit_ranks: int) -> list[int]:
     return list(views.values()) + partial
 
 
-def _unit_flows(prog: Progressions, start: int, stop: int, phase: str, uniform) -> list[tuple[int, int]]:
-    """Flows (rank pairs) of one phase with an endpoint in ranks [start, stop)."""
-    out = []
-    inside = range(start, stop)
-    for r in inside:
-        b, i = prog.locate(r)
-        if phase == "a2a":
-            others = [b + k * prog.s for k in range(prog.n) if k != i]
-            out += [(r, m) for m in others] + [(m, r) for m in others if m not in inside]
-            continue
-        if phase == "ring":
-            nxt, prv = prog.ring_next(b, i, 1), prog.ring_next(b, i, -1)
-        elif phase == "intra":
-            nxt, prv = prog.domain_ring_next(b, i, 1), prog.domain_ring_next(b, i, -1)
-        elif uniform(b):
-            nxt, prv = prog.column_next(b, i, 1), prog.column_next(b, i, -1)
-        else:
-            continue
-        if nxt is not None:
-            out.append((r, nxt))
-            if prv not in inside:
-                out.append((prv, r))
-    return out
-
-
 def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progressions,
                 start: int, stop: int, phase: str, uniform) -> Share | None:
     fabric, owned = pair
@@ -347,7 +324,7 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progre
         if start <= r < stop:
             return f"n{(r - start) // prog.e}.g{(r - start) % prog.e}"
         return out_gpu
-    flows = [(name(a), name(b)) for a, b in _unit_flows(prog, start, stop, phase, uniform)]
+    flows = [(name(a), name(b)) for a, b in prog.unit_flows(start, stop, phase, uniform)]
     return owned_share(fabric, flows, owned)
 
 
@@ -380,4 +357,42 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
         share = phase_share("a2a")
         a2a_f = (share.bandwidth_gb_s * (size - 1), share.latency_ps / PS)
     k = next(iter(counts)) if len(counts) == 1 else 1
+    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+
+
+@lru_cache(maxsize=16)
+def _unit_names(cluster: ClusterSpec) -> dict[str, tuple[int, str]]:
+    """GPU vertex -> (its unit, its name in unit 0 of the unit pair)."""
+    npl = cluster.topology.nodes_per_leaf
+    return {s.vertex: (s.node // npl, f"n{s.node % npl}.g{s.local}") for s in cluster_slots(cluster)}
+
+
+def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> GroupLink:
+    """_kind_link on a fat tree with down nodes (no repeating pattern): every unit's own
+    flows are routed on the unit pair, O(ranks) work but no full-size graph."""
+    size, stride = p.dims[kind], _stride(p, kind)
+    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    if size == 1:
+        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+    groups = p.groups(kind)
+    ring, intra, inter, k, spans = _phases(p, groups)
+    pair, names = _unit_pair(cluster), _unit_names(cluster)
+    out_gpu = f"n{cluster.topology.nodes_per_leaf}.g0"
+
+    def share(phase: list[list[tuple[str, str]]]) -> Share | None:
+        per_unit: dict[int, list[tuple[str, str]]] = defaultdict(list)
+        for a, b in (f for flows in phase for f in flows):
+            (ua, na), (ub, nb) = names[a], names[b]
+            per_unit[ua].append((na, nb if ua == ub else out_gpu))
+            if ub != ua:
+                per_unit[ub].append((out_gpu, nb))
+        return slowest([owned_share(pair[0], flows, pair[1]) for flows in per_unit.values()])
+    ring_f = _fig(share(ring), base)
+    intra_f = _fig(share(intra), ring_f)
+    inter_f = _fig(share(inter), ring_f)
+    a2a_f: tuple[float | None, float | None] = (None, None)
+    if len(p.slots) * (size - 1) <= A2A_FLOW_LIMIT:
+        vs = [[p.slots[r].vertex for r in g] for g in groups]
+        a2a = share([[(a, b) for a in g for b in g if a != b] for g in vs])
+        a2a_f = (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
     return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)

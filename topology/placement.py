@@ -218,6 +218,31 @@ class Progressions:
         other = (b + edge % self.n * self.s) // self.e
         return b + (self.first_in_domain(b, other) + i - lo) * self.s
 
+    def unit_flows(self, start: int, stop: int, phase: str, uniform) -> list[tuple[int, int]]:
+        """Flows (rank pairs) of one phase (ring | intra | inter | a2a) with an endpoint in
+        ranks [start, stop); `uniform(b)` says whether group b gets cross-domain column rings."""
+        out = []
+        inside = range(start, stop)
+        for r in inside:
+            b, i = self.locate(r)
+            if phase == "a2a":
+                others = [b + k * self.s for k in range(self.n) if k != i]
+                out += [(r, m) for m in others] + [(m, r) for m in others if m not in inside]
+                continue
+            if phase == "ring":
+                nxt, prv = self.ring_next(b, i, 1), self.ring_next(b, i, -1)
+            elif phase == "intra":
+                nxt, prv = self.domain_ring_next(b, i, 1), self.domain_ring_next(b, i, -1)
+            elif uniform(b):
+                nxt, prv = self.column_next(b, i, 1), self.column_next(b, i, -1)
+            else:
+                continue
+            if nxt is not None:
+                out.append((r, nxt))
+                if prv not in inside:
+                    out.append((prv, r))
+        return out
+
 
 def progression_counts(x: int, s: int, n: int, e: int) -> tuple[frozenset[int], int]:
     """Members per domain (distinct values) and domains spanned of the ranks x + i*s,

@@ -99,7 +99,9 @@ TREES = [
     (6, 3, {"kind": "rail_optimized", "nodes_per_leaf": 2, "nics_per_node": 3, "nic_gb_s": 40,
             "oversubscription": 1.5, "spines": 5}, []),
     (8, 4, {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 2, "nic_gb_s": 40,
-            "oversubscription": 2.0, "spines": 3}, [5]),  # a node down: exact path
+            "oversubscription": 2.0, "spines": 3}, [5]),  # a node down: per-unit routing
+    (8, 4, {"kind": "rail_optimized", "nodes_per_leaf": 2, "nics_per_node": 4, "nic_gb_s": 40,
+            "oversubscription": 2.0, "spines": 2}, [0, 6]),
 ]
 
 
@@ -107,13 +109,14 @@ TREES = [
 def test_fat_tree_symmetric_path_equals_full_routing(nodes, gpus, topo, down, monkeypatch):
     c = cluster(nodes, gpus, topo, unavailable_nodes=down)
     fabric = G.fabric_for(c)
-    used = {"views": 0}
-    real = G._tree_kind_link
+    used = {"_tree_kind_link": 0, "_tree_placed_link": 0}
+    for name in used:
+        real = getattr(G, name)
 
-    def counting(*args):
-        used["views"] += 1
-        return real(*args)
-    monkeypatch.setattr(G, "_tree_kind_link", counting)
+        def counting(*args, _real=real, _name=name):
+            used[_name] += 1
+            return _real(*args)
+        monkeypatch.setattr(G, name, counting)
     checked = 0
     for dims in _layouts(c):
         for order in ORDERS[:2]:
@@ -123,7 +126,8 @@ def test_fat_tree_symmetric_path_equals_full_routing(nodes, gpus, topo, down, mo
                 _close(fast[kind], exact[kind])
                 checked += 1
     assert checked >= 400
-    assert (used["views"] > 0) == (not down)
+    assert (used["_tree_kind_link"] > 0) == (not down)  # unit views
+    assert (used["_tree_placed_link"] > 0) == bool(down)  # every unit routed on the pair
 
 
 @pytest.mark.parametrize("dims", [(1, 1, 18, 4), (2, 1, 9, 4), (1, 3, 6, 4), (2, 2, 5, 4), (1, 1, 36, 2)])
