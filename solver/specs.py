@@ -101,6 +101,11 @@ class LayoutSpec(StrictModel):
         default=0, description="0 replicated; 1 optimizer sharded over DP; 2 + gradients; 3 + weights.")
     micro_batch: int = Field(default=1, ge=1, le=100_000, description="Sequences per micro-batch per replica.")
     recompute: Recompute = Field(default="none", description="Activation recompute: none, selective, full.")
+    pipeline_layers: tuple[int, ...] | None = Field(
+        default=None, strict=False,  # a JSON list is accepted
+        description="Transformer layers per pipeline stage (pp values) or per model chunk "
+                    "(pp x vpp values; chunk c runs on rank c mod pp); they sum to model.layers. "
+                    "None: every stage is charged as the busiest rank (ceil(L / (pp vpp)) x vpp).")
 
     @model_validator(mode="after")
     def _check(self) -> "LayoutSpec":
@@ -108,6 +113,13 @@ class LayoutSpec(StrictModel):
             raise ValueError("vpp: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel: needs tp > 1")
+        split = self.pipeline_layers
+        if split is not None:
+            if len(split) not in (self.pp, self.pp * self.vpp):
+                raise ValueError(f"pipeline_layers: {len(split)} values; expected pp ({self.pp}) "
+                                 f"or pp x vpp ({self.pp * self.vpp})")
+            if min(split) < 1:
+                raise ValueError("pipeline_layers: every stage needs at least one layer")
         return self
 
     @property
@@ -127,6 +139,9 @@ def check_layout_fits_model(model: ModelSpec, training: TrainingSpec, layout: La
         out.append(f"layout.tp: {layout.tp} does not divide model.kv_heads ({model.kv_heads})")
     if layout.pp * layout.vpp > model.layers:
         out.append(f"layout.pp: pp*vpp ({layout.pp * layout.vpp}) exceeds model.layers ({model.layers})")
+    if layout.pipeline_layers is not None and sum(layout.pipeline_layers) != model.layers:
+        out.append(f"layout.pipeline_layers: sum {sum(layout.pipeline_layers)} is not model.layers "
+                   f"({model.layers})")
     if training.seq_len % (2 * layout.cp) and layout.cp > 1:
         out.append(f"layout.cp: seq_len ({training.seq_len}) not divisible by 2*cp ({2 * layout.cp})")
     return out

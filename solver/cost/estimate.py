@@ -12,10 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 from solver.cost.accounting import attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
-from solver.cost.step import (
-    compose_memory, compose_step_time, memory_terms, time_terms, usable_memory_bytes,
-)
-from solver.cost.terms import CostContext, layers_on_rank
+from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
+from solver.cost.terms import CostContext
 from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
 from topology.spec import ClusterSpec
@@ -96,9 +94,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
     check_layout(ctx, layout)
     batch = batch_plan(ctx.training, layout.dp, layout.micro_batch)
     m = batch.grad_accum
-    st = compose_step_time(time_terms(ctx, layout, m),
-                           layers=layers_on_rank(ctx.model.layers, layout.pp, layout.vpp),
-                           pp=layout.pp, vpp=layout.vpp, grad_accum=m)
+    st = step_time(ctx, layout, m)  # compose_step_time, or per stage for layout.pipeline_layers
     mem = compose_memory(memory_terms(ctx, layout, m))
     peak = layout.gpus * ctx.cluster.gpu.peak_flops
     model_flops = model_flops_per_token(ctx) * batch.tokens_per_step

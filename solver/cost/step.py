@@ -59,6 +59,7 @@ class TimeTerms:
     head_extra_s: float
     dp_exposed_s: float
     optimizer_s: float
+    embedding_s: float = 0.0  # token embedding per micro-batch (first stage; explicit splits only)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
                                     micro_batch=lo.micro_batch, pp=lo.pp),
         dp_exposed_s=T.dp_exposed_s(ctx, **dp_args, grad_accum=grad_accum),
         optimizer_s=T.optimizer_s(ctx, **dp_args),
+        embedding_s=T.embedding_s(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
     )
 
 
@@ -116,10 +118,148 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
 
 
 def step_time(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> StepTime:
-    """Step time of a layout: time_terms then compose_step_time."""
-    return compose_step_time(time_terms(ctx, layout, grad_accum),
-                             layers=layers_on_rank(ctx.model.layers, layout.pp, layout.vpp),
+    """Step time of a layout: time_terms then compose_step_time (or, with an explicit
+    layout.pipeline_layers, compose_split_step_time)."""
+    terms = time_terms(ctx, layout, grad_accum)
+    if layout.pipeline_layers is not None:
+        return compose_split_step_time(terms, split=layout.pipeline_layers, pp=layout.pp,
+                                       vpp=layout.vpp, grad_accum=grad_accum)
+    return compose_step_time(terms, layers=layers_on_rank(ctx.model.layers, layout.pp, layout.vpp),
                              pp=layout.pp, vpp=layout.vpp, grad_accum=grad_accum)
+
+
+# --- explicit pipeline splits (LayoutSpec.pipeline_layers) ----------------------------------
+# Stage r runs n_r layers plus its extra work e_r per micro-batch (the token embedding on the
+# first stage, the LM head and loss on the last; both on the one stage when pp = 1):
+#   t_r = n_r x layer_s + p2p_per_microbatch_s + e_r
+# Each micro-batch passes every stage once (interleaved: v times a chunk), so the steady state
+# runs at the slowest stage's pace and warm-up/cool-down pass through the others:
+#   step = m x t_max + (sum_r t_r - t_max) / v + dp_exposed_s + optimizer_s
+# Equal stages give (m + (p - 1) / v) x t (Narayanan et al. 2021, Sec. 2.2). sum_r t_r does not
+# depend on the split, so the fastest split minimizes the slowest stage (Llama 3 gives the
+# first and last stages fewer layers for this reason; Dubey et al. 2024, Sec. 3.3.2).
+
+def rank_layers(split: tuple[int, ...], pp: int) -> list[int]:
+    """Layers per pipeline rank: chunk c runs on rank c mod pp (interleaved placement)."""
+    out = [0] * pp
+    for c, n in enumerate(split):
+        out[c % pp] += n
+    return out
+
+
+def stage_extras_s(terms: TimeTerms, pp: int) -> list[float]:
+    """Extra work per micro-batch on each rank: embedding first, LM head + loss last (seconds)."""
+    extra = [0.0] * pp
+    extra[-1] += terms.head_extra_s  # with pp = 1 head_extra_s already holds the embedding
+    if pp > 1:
+        extra[0] += terms.embedding_s
+    return extra
+
+
+def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int, vpp: int,
+                            grad_accum: int) -> StepTime:
+    """step = m x t_max + (sum t_r - t_max) / v + dp_exposed + optimizer (see above).
+
+    The breakdown charges the slowest stage's m slots by term and the rest to pp_bubble.
+    """
+    m = grad_accum
+    layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
+    n, extra = rank_layers(split, pp), stage_extras_s(terms, pp)
+    times = [n_r * layer_s + terms.p2p_per_microbatch_s + e for n_r, e in zip(n, extra)]
+    t_max = max(times)
+    slow = times.index(t_max)
+    fill = (sum(times) - t_max) / vpp
+    breakdown = {
+        "compute": m * n[slow] * terms.layer_compute_s,
+        "embedding_lm_head": m * extra[slow],
+        "tp_comm": m * n[slow] * terms.layer_tp_comm_s,
+        "cp_comm": m * n[slow] * terms.layer_cp_comm_s,
+        "pp_p2p": m * terms.p2p_per_microbatch_s,
+        "pp_bubble": fill,
+        "dp_exposed": terms.dp_exposed_s,
+        "optimizer": terms.optimizer_s,
+    }
+    step = m * t_max + fill + terms.dp_exposed_s + terms.optimizer_s
+    return StepTime(step_time_s=step, stage_time_s=t_max, breakdown_s=breakdown)
+
+
+def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int) -> tuple[int, ...]:
+    """Layers per stage (vpp = 1): the slowest stage as fast as possible, then the least
+    activation memory; every stage >= 1 layer.
+
+    1. The smallest T with sum_r cap_r(T) >= layers, cap_r(T) = the most layers stage r runs
+       within T (n x layer_s + e_r <= T), by bisection over the candidate stage times.
+    2. Within those caps, the smallest level M of n_r x f_r (layers x micro-batches in flight,
+       f_r = min(pp - r, m) under 1F1B) with sum_r min(cap_r, M // f_r) >= layers, by bisection;
+       the surplus comes off the first stages that reach M. Neither step raises the other's
+       maximum, so the split is time-optimal and, among those, lightest in held layers.
+    """
+    layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
+    if pp == 1:
+        return (layers,)
+    extra = stage_extras_s(terms, pp)
+    if layer_s > 0.0:
+        caps = _time_caps(layer_s, extra, layers)
+    else:
+        caps = [layers - pp + 1] * pp
+    flight = [min(pp - r, grad_accum) for r in range(pp)]
+
+    def level(mem: int) -> list[int]:
+        return [min(c, mem // f) for c, f in zip(caps, flight)]
+
+    lo, hi = max(flight), max(c * f for c, f in zip(caps, flight))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sum(level(mid)) >= layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    counts, below = level(lo), level(lo - 1)
+    excess = sum(counts) - layers
+    for floor in (below, [1] * pp):  # at M = max f_r (any split's floor) below may not cover it
+        for r in range(pp):
+            take = min(excess, counts[r] - max(1, floor[r]))
+            counts[r] -= take
+            excess -= take
+    return tuple(counts)
+
+
+def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
+    """Per-stage layer caps at the smallest feasible slowest-stage time (balanced_split, step 1)."""
+    def cap(t: float, e: float) -> int:
+        k = max(0, min(layers, int((t - e) // layer_s)))
+        while k < layers and (k + 1) * layer_s + e <= t:
+            k += 1
+        while k > 0 and k * layer_s + e > t:
+            k -= 1
+        return k
+
+    def caps(t: float) -> list[int]:
+        by_e = {e: cap(t, e) for e in set(extra)}
+        return [by_e[e] for e in extra]
+
+    cands = sorted({n * layer_s + e for e in set(extra) for n in range(1, layers + 1)})
+    lo, hi = 0, len(cands) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        c = caps(cands[mid])
+        if min(c) >= 1 and sum(c) >= layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    return caps(cands[lo])
+
+
+def chosen_split(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum: int,
+                 uneven: bool) -> tuple[int, ...] | None:
+    """The split a search assigns: balanced (vpp = 1, uneven allowed), else even chunks;
+    None for pp = 1 or when the layers do not divide evenly and uneven stages are not allowed."""
+    if pp == 1:
+        return None
+    if vpp == 1 and uneven:
+        return balanced_split(terms, layers=layers, pp=pp, grad_accum=grad_accum)
+    chunks = pp * vpp
+    return (layers // chunks,) * chunks if layers % chunks == 0 else None
 
 
 @dataclass(frozen=True)
@@ -139,17 +279,48 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
     """Evaluate every memory term for a layout."""
     lo = layout
     state = M.model_state(ctx, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
+    if lo.pipeline_layers is not None:
+        activations = split_activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
+                                             recompute=lo.recompute, micro_batch=lo.micro_batch,
+                                             pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
+                                             split=lo.pipeline_layers)
+    else:
+        activations = M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
+                                         recompute=lo.recompute, micro_batch=lo.micro_batch,
+                                         pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum)
     return MemoryTerms(
         weights=state.weights, gradients=state.gradients, optimizer=state.optimizer,
-        activations=M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
-                                       recompute=lo.recompute, micro_batch=lo.micro_batch,
-                                       pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum),
+        activations=activations,
         logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
         comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
                                          sp=lo.sequence_parallel, zero=lo.zero_stage,
                                          micro_batch=lo.micro_batch),
         framework_overhead=ctx.options.framework_overhead_bytes,
     )
+
+
+def split_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, micro_batch: int,
+                           pp: int, vpp: int, grad_accum: int, split: tuple[int, ...]) -> float:
+    """Peak activation bytes over the stages of an explicit split (the busiest stage).
+
+    As memory.activation_bytes, stage by stage: rank r holds its n_r layers for
+    min(pp - r, m) micro-batches under 1F1B (Narayanan et al. 2021, Sec. 2.2.1; interleaved:
+    the first stage's in_flight_microbatches for every rank, an upper bound); the first stage
+    also keeps the embedding's stored values (8 s b bytes + the dropout mask s b h / t,
+    as memory.activation_bytes); full recompute adds one layer's full activations.
+    """
+    per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
+                                         micro_batch=micro_batch)
+    s_b = ctx.seq_len / cp * micro_batch
+    embed = 8 * s_b + (s_b * ctx.model.hidden / (tp if sp else 1) if ctx.options.dropout else 0.0)
+    extra = (M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
+             if recompute == "full" else 0.0)
+    inter = M.in_flight_microbatches(pp, vpp, grad_accum)
+    peak = 0.0
+    for r, n in enumerate(rank_layers(split, pp)):
+        flight = float(min(pp - r, grad_accum)) if vpp == 1 else inter
+        peak = max(peak, per_layer * n * flight + (embed * flight if r == 0 else 0.0) + extra)
+    return peak
 
 
 def compose_memory(terms: MemoryTerms) -> dict[str, float]:

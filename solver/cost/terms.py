@@ -152,6 +152,15 @@ def head_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: i
 
 
 @lru_cache(maxsize=65536)
+def embedding_s(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """Token embedding of one micro-batch on the first stage (forward + gradient), seconds.
+
+    Charged separately only for an explicit pipeline split (solver.cost.step); with pp = 1
+    head_extra_s includes it.
+    """
+    return C.embedding_s(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp, cp, micro_batch)
+
+
 def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int) -> GroupLink:
     """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron)."""
     lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp)

@@ -115,11 +115,20 @@ def _result(training, options: SearchOptions, win, best, coef, seconds: float, p
     gap = 0.0 if proven else max(0.0, (best_exact - bound) / max(abs(best_exact), 1e-12))
     layouts = [RankedLayout(i + 1, e.layout, e.estimate, e.objective_units,
                             accumulation(training, e.layout.dp, e.layout.micro_batch),
-                            pipeline_split(layers, e.layout.pp, e.layout.vpp))
+                            _split(layers, e.layout))
                for i, e in enumerate(top)]
     notes = [f"objective in units of {TIME_UNIT_S} s", f"{len(win.seen)} layouts re-evaluated"]
     return SearchResult(layouts, "OPTIMAL" if proven else "FEASIBLE", seconds, options.objective,
                         bound, gap, win.solves + 1, len(win.seen), None, notes, phases)
+
+
+def _split(layers: int, layout) -> tuple[int, ...]:
+    """Layers per pipeline rank: the layout's explicit split, else rules.pipeline_split."""
+    if layout.pipeline_layers is not None:
+        from solver.cost.step import rank_layers
+
+        return tuple(rank_layers(layout.pipeline_layers, layout.pp))
+    return pipeline_split(layers, layout.pp, layout.vpp)
 
 
 def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

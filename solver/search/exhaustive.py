@@ -12,6 +12,7 @@ from typing import Any
 
 from solver.search.objective import meets_deadline, objective_units
 from solver.search.options import SearchOptions
+from solver.search.rules import accumulation
 from solver.search.space import enumerate_layouts
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
@@ -33,9 +34,16 @@ def layout_key(layout: LayoutSpec) -> tuple:
 def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
              layout: LayoutSpec, cost_options: Any = None) -> Evaluated | None:
     """The cost model's verdict on one layout; None when it does not fit or misses the deadline."""
-    from solver.cost.estimate import estimate_layout
+    from solver.cost.estimate import estimate_with_context, make_context
+    from solver.cost.step import chosen_split, time_terms
 
-    est = estimate_layout(model, cluster, training, layout, cost_options)
+    ctx = make_context(model, cluster, training, cost_options)
+    if options.split_stages and layout.pp > 1:
+        m = accumulation(training, layout.dp, layout.micro_batch)
+        split = chosen_split(time_terms(ctx, layout, m), layers=model.layers, pp=layout.pp,
+                             vpp=layout.vpp, grad_accum=m, uneven=options.allow_uneven_pipeline)
+        layout = layout.model_copy(update={"pipeline_layers": split})
+    est = estimate_with_context(ctx, layout)
     if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
         return None
     return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
@@ -43,12 +51,21 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, opt
 
 def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       options: SearchOptions | None = None, cost_options: Any = None) -> list[Evaluated]:
-    """Every feasible layout, best first (all of them; slice for a top-K)."""
+    """Every feasible layout, best first (all of them; slice for a top-K).
+
+    As search_layouts: when no layout uses all the GPUs (and the count is fixed), the
+    layouts of the largest usable counts (solver.search.fallback.usable_gpu_counts).
+    """
     options = options or SearchOptions()
-    out = []
-    for layout in enumerate_layouts(model, cluster, training, options):
-        ev = evaluate(model, cluster, training, options, layout, cost_options)
-        if ev is not None:
-            out.append(ev)
+    layouts = list(enumerate_layouts(model, cluster, training, options))
+    if not layouts and not options.gpus_may_vary:
+        from solver.search.fallback import usable_gpu_counts
+
+        out = [e for g in usable_gpu_counts(model, cluster, training, options)
+               for e in exhaustive_search(model, cluster, training,
+                                          options.model_copy(update={"gpus": g}), cost_options)]
+    else:
+        out = [ev for ev in (evaluate(model, cluster, training, options, lo, cost_options)
+                             for lo in layouts) if ev is not None]
     out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
     return out

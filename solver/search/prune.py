@@ -12,6 +12,9 @@ each visited group's layouts are evaluated in full (the same memoized terms, the
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
 all later ones. Not used with a deadline constraint (run-time limits are not bounded here).
+With options.split_stages every stage is charged separately (solver.cost.step,
+compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
+(m + (pp - 1) / v) with sum_r t_r >= L x layer_s + head_extra_s is the bound instead.
 """
 from __future__ import annotations
 
@@ -69,7 +72,10 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
     m, spb = accum(dp, mb), bool(sp)
     v_max = max(r[4] for r in rows)
     layer_s = min(sum(t.layer(tp, cp, spb, RECOMPUTE_NAMES[rc], mb)) for rc in {r[7] for r in rows})
-    return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * t.head(tp, cp, spb, mb, pp)
+    head = t.head(tp, cp, spb, mb, pp)
+    if lm.options.split_stages:  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
+        return (lm.spec.layers * layer_s + head) / pp * (m + (pp - 1) / v_max)
+    return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * head
 
 
 def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> list[float]:
@@ -81,8 +87,9 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> l
               for z in lm.values["zero_stage"]]
     for key in rows:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
-        pipe_s = t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
-        act = t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m)
+        split = t.split(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
+        pipe_s = t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m, split)
+        act = t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split)
         out += [pipe_s + dp_s for dp_s, rest in shards if t.memory_total(rest, act) <= usable]
     return out
 

@@ -23,7 +23,10 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost import terms as T
 from solver.cost.estimate import make_context
-from solver.cost.step import MemoryTerms, TimeTerms, compose_memory, compose_step_time, usable_memory_bytes
+from solver.cost.step import (
+    MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
+    split_activation_bytes, usable_memory_bytes,
+)
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows
@@ -37,8 +40,12 @@ STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
 class _Terms:
     """Memoized term evaluations for one problem (each keyed by its own scalars only)."""
 
-    def __init__(self, ctx: CostContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: CostContext, split_uneven: bool | None = None) -> None:
+        """split_uneven: None charges every stage as the busiest rank (the default cost
+        model); True/False gives each pp > 1 row the split step.chosen_split assigns."""
+        self.ctx, self.split_uneven = ctx, split_uneven
+        self.emb = lru_cache(maxsize=None)(
+            lambda tp, cp, mb: T.embedding_s(ctx, tp=tp, cp=cp, micro_batch=mb))
         self.layer = lru_cache(maxsize=None)(self._layer)
         self.head = lru_cache(maxsize=None)(self._head)
         self.p2p = lru_cache(maxsize=None)(self._p2p)
@@ -61,13 +68,35 @@ class _Terms:
         return M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
                                   pp=pp, vpp=vpp, grad_accum=m)
 
-    def pipe_s(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> float:
-        """(m + (pp-1)/vpp) x stage via step.compose_step_time (DP and optimizer terms 0)."""
+    def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc) -> TimeTerms:
+        """The pipeline time terms of a row (DP and optimizer terms 0)."""
         compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb)
-        terms = TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
-                          self.head(tp, cp, sp, mb, pp), 0.0, 0.0)
+        return TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
+                         self.head(tp, cp, sp, mb, pp), 0.0, 0.0, self.emb(tp, cp, mb))
+
+    def split(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> tuple[int, ...] | None:
+        """The row's pipeline split (None: the busiest-rank model)."""
+        if self.split_uneven is None:
+            return None
+        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc)
+        return chosen_split(terms, layers=self.ctx.model.layers, pp=pp, vpp=vpp, grad_accum=m,
+                            uneven=self.split_uneven)
+
+    def pipe_s(self, tp, pp, cp, dp, vpp, mb, sp, rc, m, split=None) -> float:
+        """(m + (pp-1)/vpp) x stage via step.compose_step_time, or the split's
+        step.compose_split_step_time (DP and optimizer terms 0)."""
+        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc)
+        if split is not None:
+            return compose_split_step_time(terms, split=split, pp=pp, vpp=vpp, grad_accum=m).step_time_s
         layers = layers_on_rank(self.ctx.model.layers, pp, vpp)
         return compose_step_time(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=m).step_time_s
+
+    def act(self, tp, cp, sp, rc, mb, pp, vpp, m, split=None) -> float:
+        """Activation bytes of a row: the busiest-rank model, or the split's busiest stage."""
+        if split is None:
+            return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m)
+        return split_activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
+                                      pp=pp, vpp=vpp, grad_accum=m, split=split)
 
     def _state(self, tp, pp, dp, cp, zero):
         return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
@@ -103,7 +132,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
     """
     ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
-    t = _Terms(ctx)
+    t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None)
     accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
 
     def accum_of(dp: int, mb: int) -> int:
@@ -119,9 +148,10 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         m = accum_of(dp, mb)
         spb, rcn = bool(sp), RECOMPUTE_NAMES[rc]
+        split = t.split(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
         keys.append(key)
-        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m)) if with_time else 0)
-        act.append(t.per_layer_act(tp, cp, spb, rcn, mb, pp, vpp, m))
+        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m, split)) if with_time else 0)
+        act.append(t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split))
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0

@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from solver.errors import InfeasibleError
 from solver.search.api import search_layouts
+from solver.search.fallback import usable_gpu_counts
 from solver.search.options import SearchOptions
 from solver.search.space import enumerate_layouts
 from solver.specs import ModelSpec, TrainingSpec
@@ -26,9 +27,15 @@ def small_problem(layers, heads_pow, nodes, gpn, seq_pow, batch_seqs, tokens=1e9
 
 
 def brute(model, cluster, training, options, cap):
+    """Every layout's objective, sorted; when no layout uses all GPUs (and the count is
+    fixed), those of the largest usable counts (solver.search.fallback)."""
+    layouts = list(enumerate_layouts(model, cluster, training, options))
+    if not layouts and not options.gpus_may_vary:
+        counts = usable_gpu_counts(model, cluster, training, options)
+        return sorted(v for g in counts for v in brute(model, cluster, training,
+                                                       options.model_copy(update={"gpus": g}), cap))
     ev = synthetic.evaluator(model, cluster, training, options, cap)
-    out = [e for e in map(ev, enumerate_layouts(model, cluster, training, options)) if e]
-    return sorted(e.objective_units for e in out)
+    return sorted(e.objective_units for e in map(ev, layouts) if e)
 
 
 def run(model, cluster, training, options, cap):
