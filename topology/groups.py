@@ -9,6 +9,12 @@ group's bandwidth and latency are reported. For a cluster without `topology` (or
 figures: a group inside one NVLink domain gets `intra_node`, one that leaves it
 `inter_node` (the seed: TP8 gets 450 GB/s, the DP group of TP8 x DP64 gets 45 GB/s).
 
+Fast paths give the same figures without placing or routing every rank (tests compare
+them with the full routing): flat / nvlink_domain clusters use the closed form in O(1)
+when every NVLink domain left has the same free GPUs (else the exact path); fat_tree /
+rail_optimized route one unit (a leaf's or scalable unit's nodes) per distinct view on a
+two-unit copy of the fabric; explicit graphs take the exact path.
+
 "Node" in `crosses_nodes` / `ranks_per_node` means NVLink domain (a node on flat clusters).
 Units: bandwidths GB/s per GPU per direction (busbw); latencies seconds.
 """
@@ -270,8 +276,9 @@ def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
 
 
 @lru_cache(maxsize=16)
-def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int]]:
-    """The fabric of two units of this cluster, and the vertex indices of unit 0. One
+def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int], dict]:
+    """The fabric of two units of this cluster, the vertex indices of unit 0 and a route
+    memo for owned_share. One
     spine carries all of a leaf's uplink capacity: with ECMP each of k spines gets 1/k of
     the load and 1/k of the capacity, so capacity over load is unchanged."""
     from topology.generators import build_graph
@@ -286,7 +293,7 @@ def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int]]:
         if v.startswith("n"):
             return int(v[1:v.index(".")]) < npl
         return v == "leaf0" or v.startswith("su0.")
-    return fabric, frozenset(i for i, v in enumerate(fabric.names) if in_unit0(v))
+    return fabric, frozenset(i for i, v in enumerate(fabric.names) if in_unit0(v)), {}
 
 
 def _views(prog: Progressions, unit_ranks: int) -> list[int]:
@@ -315,9 +322,9 @@ def _views(prog: Progressions, unit_ranks: int) -> list[int]:
     return list(views.values()) + partial
 
 
-def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progressions,
+def _view_share(pair: tuple[GraphFabric, frozenset[int], dict], npl: int, prog: Progressions,
                 start: int, stop: int, phase: str, uniform) -> Share | None:
-    fabric, owned = pair
+    fabric, owned, memo = pair
     out_gpu = f"n{npl}.g0"
 
     def name(r: int) -> str:
@@ -325,7 +332,7 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int]], npl: int, prog: Progre
             return f"n{(r - start) // prog.e}.g{(r - start) % prog.e}"
         return out_gpu
     flows = [(name(a), name(b)) for a, b in prog.unit_flows(start, stop, phase, uniform)]
-    return owned_share(fabric, flows, owned)
+    return owned_share(fabric, flows, owned, memo)
 
 
 def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...],
@@ -386,7 +393,7 @@ def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> Gr
             per_unit[ua].append((na, nb if ua == ub else out_gpu))
             if ub != ua:
                 per_unit[ub].append((out_gpu, nb))
-        return slowest([owned_share(pair[0], flows, pair[1]) for flows in per_unit.values()])
+        return slowest([owned_share(pair[0], flows, pair[1], pair[2]) for flows in per_unit.values()])
     ring_f = _fig(share(ring), base)
     intra_f = _fig(share(intra), ring_f)
     inter_f = _fig(share(inter), ring_f)

@@ -298,16 +298,23 @@ def concurrent_share(fabric, groups: list[list[tuple[str, str]]]) -> Share | Non
     return Share(min(cap(key) / n for key, n in load.items()), lat)
 
 
-def owned_share(fabric: GraphFabric, flows: list[tuple[str, str]], owned: frozenset[int]) -> Share | None:
+def owned_share(fabric: GraphFabric, flows: list[tuple[str, str]], owned: frozenset[int],
+                memo: dict | None = None) -> Share | None:
     """concurrent_share counting only the links with an end in `owned` (vertex indices),
-    latency over every flow; None without flows."""
+    latency over every flow; None without flows. `memo` (flow -> its owned edges and
+    latency) is reused across calls with the same fabric and `owned`."""
+    memo = {} if memo is None else memo
     load: dict[Hashable, float] = defaultdict(float)
     lat = -1
-    for r in fabric.route(flows):
-        lat = max(lat, r.latency_ps)
-        for key, frac in r.edges:
-            if key[0] in owned or key[1] in owned:
-                load[key] += frac
+    for flow in flows:
+        hit = memo.get(flow)
+        if hit is None:
+            (r,) = fabric.route([flow])
+            hit = memo[flow] = (r.latency_ps, tuple((key, frac) for key, frac in r.edges
+                                                    if key[0] in owned or key[1] in owned))
+        lat = max(lat, hit[0])
+        for key, frac in hit[1]:
+            load[key] += frac
     if lat < 0:
         return None
     cap = fabric.capacity_gb_s
