@@ -27,14 +27,15 @@ def timed(fn, repeats: int) -> dict:
             "result": out}
 
 
-def case(model, cluster, training, repeats: int, top_k: int = 10) -> dict:
-    t = timed(lambda: search_layouts(model, cluster, training, {"top_k": top_k}), repeats)
+def case(model, cluster, training, repeats: int, top_k: int = 10, **options) -> dict:
+    t = timed(lambda: search_layouts(model, cluster, training, {"top_k": top_k, **options}), repeats)
     res = t.pop("result")
     best = res.layouts[0]
     return {**t, "gpus": cluster.gpus, "gpus_used": res.gpus_used, "fallback": res.fallback,
             "status": res.status, "solves": res.solves,
             "evaluated": res.evaluated, "phases_last_s": res.phases,
-            "best": {**best.layout.model_dump(), "step_time_s": best.estimate.step_time_s,
+            "best": {**best.layout.model_dump(), "pipeline_split": best.pipeline_split,
+                     "step_time_s": best.estimate.step_time_s,
                      "mfu": best.estimate.mfu}}
 
 
@@ -56,6 +57,9 @@ def main() -> None:
     model, cluster, training = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
     out = {"seed_top10": case(model, cluster, training, args.repeats)}
     out["seed_cpsat_vs_exhaustive"] = seed_vs_exhaustive(model, cluster, training)
+    for name, opts in {"min_cost": {"objective": "min_cost"}, "allow_fewer_gpus": {"allow_fewer_gpus": True},
+                       "min_gpus": {"objective": "min_gpus"}}.items():
+        out[f"seed_{name}_top10"] = case(model, cluster, training, 2, **opts)
     if not args.skip_large:
         big_batch = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2048, tokens=15e12)
         c16k = cluster.model_copy(update={"name": "seed-16384", "nodes": 2048})
@@ -65,6 +69,8 @@ def main() -> None:
         c100k = cluster.model_copy(update={"name": "seed-100000", "nodes": 12500})
         batch_2500 = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2500, tokens=15e12)
         out["gpus_100000_top10"] = case(model, c100k, batch_2500, 2)
+        # The same with every stage charged separately and the split chosen (pp 25 over 80 layers).
+        out["gpus_100000_split_stages_top10"] = case(model, c100k, batch_2500, 2, split_stages=True)
         # Llama 3 405B with a power-of-two batch: 100,000 = 2^5 x 5^5 has no tp x pp x cp x dp
         # split, so the search falls back to the largest usable GPU counts (reported).
         out["gpus_100000_llama405b_fallback_top10"] = case(load_model("llama3-405b"), c100k, big_batch, 2)

@@ -26,6 +26,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch-tolerance", type=float, default=0.0,
                    help="allowed relative miss of the global batch (default 0: exact)")
     p.add_argument("--allow-tp-outside-node", action="store_true", help="TP may span nodes")
+    p.add_argument("--gpus", type=int, default=None, help="use exactly this many GPUs (default: all)")
+    p.add_argument("--split-stages", action="store_true",
+                   help="choose layers per pipeline stage (lighter first/last stages), reported")
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -35,7 +38,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"top_k": args.top, "time_limit_s": args.time_limit, "workers": args.workers,
             "seed": args.seed, "objective": args.objective, "deadline_s": args.deadline_s,
             "allow_fewer_gpus": args.allow_fewer_gpus, "batch_tolerance": args.batch_tolerance,
-            "allow_tp_outside_node": args.allow_tp_outside_node}
+            "allow_tp_outside_node": args.allow_tp_outside_node, "gpus": args.gpus,
+            "split_stages": args.split_stages}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +61,8 @@ def render_search(result: dict[str, Any]) -> str:
     lines = [f"# Layout search ({s['objective']})", "",
              f"Status **{s['status']}** in {s['seconds']:.3f} s ({s['solves']} CP-SAT solves, "
              f"{s['evaluated']} layouts re-evaluated by the cost model; gap {s['gap']:.2%}).", ""]
+    if s.get("fallback"):
+        lines += [f"Note: {s['fallback']}.", ""]
     head = list(COLUMNS) + ["step_time_s", "mfu", "memory_GB"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["layouts"]:

@@ -68,3 +68,17 @@ def test_gpus_option_fixes_the_count_and_is_checked(seed_model, seed_cluster, se
     with pytest.raises(SpecError) as err:
         search_layouts(seed_model, seed_cluster, seed_training, {"gpus": 1024})
     assert err.value.problems[0].field == "options.gpus"
+
+
+def test_cli_takes_gpus_and_split_stages(capsys):
+    import json
+
+    from service.cli import main
+
+    args = ["search", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b", "--top", "1",
+            "--gpus", "384", "--split-stages", "--format", "json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["layouts"][0]
+    assert out["search"]["gpus_used"] == [384] and out["search"]["gpus_available"] == 512
+    assert best["pp"] == 1 or sum(best["pipeline_layers"]) == 80
