@@ -324,7 +324,16 @@ def _views(prog: Progressions, unit_ranks: int) -> list[int]:
 
 def _view_share(pair: tuple[GraphFabric, frozenset[int], dict], npl: int, prog: Progressions,
                 start: int, stop: int, phase: str, uniform) -> Share | None:
+    """Share of one unit view. The flows depend only on the key below (not on the world
+    size): the window's offset in its block and where that block starts modulo e (which
+    groups get column rings), so layouts sharing a kind's stride and size share views."""
     fabric, owned, memo = pair
+    x = start % (prog.s * prog.n)
+    key = ("view", phase, prog.s, prog.n, prog.e, x, (start - x) % prog.e, stop - start)
+    if key in memo:
+        return memo[key]
+    if len(memo) >= GraphFabric.ROUTE_CACHE:
+        memo.clear()
     out_gpu = f"n{npl}.g0"
 
     def name(r: int) -> str:
@@ -332,7 +341,8 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int], dict], npl: int, prog: 
             return f"n{(r - start) // prog.e}.g{(r - start) % prog.e}"
         return out_gpu
     flows = [(name(a), name(b)) for a, b in prog.unit_flows(start, stop, phase, uniform)]
-    return owned_share(fabric, flows, owned, memo)
+    memo[key] = share = owned_share(fabric, flows, owned, memo)
+    return share
 
 
 def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...],
