@@ -1,6 +1,8 @@
 """The search loop: optimize, enumerate a rounding-aware window, re-rank with the evaluator.
 
-1. Minimize the integer objective over all rows (time limit, workers and seed on every solve).
+1. Minimize the integer objective (time limit, workers and seed on every solve) over the rows
+   that survive exact reductions: rows whose lower bound exceeds an incumbent (the best
+   fitting pair, evaluated directly) and rows dominated within their group are dropped.
 2. Enumerate every layout whose integer objective is <= T (a model over only the rows that
    can reach T). Each layout's integer objective is within E units of its exact objective
    (E: the rounding bound of the cost tables), so once the K-th best exact objective among

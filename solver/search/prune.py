@@ -11,7 +11,8 @@ p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasin
 each visited group's layouts are evaluated in full (the same memoized terms, the same
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
-all later ones. Not used with a deadline constraint (run-time limits are not bounded here).
+all later ones. With a deadline (min_gpus_deadline), a group whose bound times the run's
+steps passes the deadline is dropped, and only layouts surely within it count toward K.
 With options.split_stages every stage is charged separately (solver.cost.step,
 compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
 (m + (pp - 1) / v) with sum_r t_r >= L x layer_s + head_extra_s is the bound instead.
@@ -19,10 +20,11 @@ compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t
 from __future__ import annotations
 
 import heapq
+from types import SimpleNamespace
 from typing import Callable
 
 from solver.search.cpsat import RECOMPUTE_NAMES
-from solver.search.objective import objective_units
+from solver.search.objective import objective_units, run_steps
 from solver.specs import LayoutSpec
 
 # Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
@@ -40,18 +42,29 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usabl
     t: the memoized terms (solver.search.terms._Terms); accum(dp, mb) -> accumulation.
     """
     options, training = lm.options, lm.training
-    if options.objective == "min_gpus_deadline":
-        return keys
+    deadline = options.deadline_s if options.objective == "min_gpus_deadline" else None
     by_group: dict[tuple, list[tuple]] = {}
     for key in keys:
         by_group.setdefault(group_of(key), []).append(key)
+    steps: dict[tuple[int, int], int] = {}
+
+    def run_steps_of(g: tuple) -> int:
+        if (g[3], g[5]) not in steps:
+            steps[(g[3], g[5])] = run_steps(training, LayoutSpec(dp=g[3], micro_batch=g[5]))
+        return steps[(g[3], g[5])]
 
     def objective(g: tuple, step_s: float) -> float:
         tp, pp, cp, dp, sp, mb = g
-        return objective_units(options, training, LayoutSpec(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb),
-                               step_s)
+        shape = SimpleNamespace(gpus=tp * pp * cp * dp, dp=dp, micro_batch=mb)  # what objective_units reads
+        return objective_units(options, training, shape, step_s)
 
-    bounds = sorted((objective(g, _lower_s(lm, t, g, rows, accum)), g) for g, rows in by_group.items())
+    bounds = []
+    for g, rows in by_group.items():
+        lower_s = _lower_s(lm, t, g, rows, accum)
+        if deadline is not None and run_steps_of(g) * lower_s > deadline * (1 + MARGIN):
+            continue  # no layout of the group ends by the deadline
+        bounds.append((objective(g, lower_s), g))
+    bounds.sort()
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
     for lb, g in bounds:
@@ -59,6 +72,8 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usabl
             break
         kept.add(g)
         for value in _group_values(lm, t, g, by_group[g], accum, usable):
+            if deadline is not None and run_steps_of(g) * value * (1 + MARGIN) > deadline:
+                continue  # counted only when surely within the deadline
             obj = objective(g, value)
             if len(worst_k) < options.top_k:
                 heapq.heappush(worst_k, -obj)

@@ -34,13 +34,19 @@ def test_group_bound_is_below_every_layout_of_the_group(model, shape, training):
         assert _lower_s(lm, t, g, rows[g], acc) <= step * (1 + 1e-12), lo
 
 
-@pytest.mark.parametrize("objective, fewer", [("step_time", True), ("min_cost", False), ("min_gpus", False)])
+@pytest.mark.parametrize("objective, fewer", [("step_time", True), ("min_cost", False), ("min_gpus", False),
+                                              ("min_gpus_deadline", False)])
 def test_pruned_top10_equals_exhaustive_on_64_gpus(objective, fewer):
-    """A 12-layer model on 8 nodes x 8 GPUs with varying GPU counts (thousands of layouts)."""
+    """A 12-layer model on 8 nodes x 8 GPUs with varying GPU counts (thousands of layouts).
+    The deadline is 3x the fastest layout's run: it binds (the fewest-GPU layouts miss it)."""
     model = tiny_model(12, 8, 2, 128, 4, True)
     cluster, training = binding_cluster(model, 8, 8, 0.5), tiny_training(1024, 32)
-    options = SearchOptions(top_k=10, objective=objective, allow_fewer_gpus=fewer, max_micro_batch=2,
-                            max_vpp=2, max_cp=2, recompute=("none", "full"))
+    base = dict(max_micro_batch=2, max_vpp=2, max_cp=2, recompute=("none", "full"))
+    deadline = None
+    if objective == "min_gpus_deadline":
+        fastest = search_layouts(model, cluster, training, {"top_k": 1, **base}).layouts[0].estimate
+        deadline = 3 * fastest.step_time_s * -(-training.tokens // fastest.tokens_per_step)
+    options = SearchOptions(top_k=10, objective=objective, allow_fewer_gpus=fewer, deadline_s=deadline, **base)
     expected = [e.objective_units for e in exhaustive_search(model, cluster, training, options)[:10]]
     res = search_layouts(model, cluster, training, options)
     assert [r.objective_units for r in res.layouts] == pytest.approx(expected, rel=1e-12)
