@@ -165,3 +165,24 @@ def test_16k_rail_optimized_query_routes_one_unit_pair(monkeypatch):
     assert links["dp"].bandwidth_gb_s == pytest.approx(45, rel=1e-12)
     assert links["dp"].latency_s == pytest.approx(11e-6, rel=1e-9)
     assert links["dp"].domains == 2048 and links["dp"].ranks_per_node == 1
+
+
+def test_bigger_trees_sampled_layouts_match_full_routing():
+    """30 nodes x 6 GPUs, 6 leaves of 5 nodes, 3 NICs per node: units of 30 ranks that few
+    group blocks divide, so edge views at many offsets and inner views per block class
+    (block start mod 6) all occur. 40 seeded layouts filling more than half the GPUs."""
+    import math
+    import random
+
+    c = cluster(30, 6, {"kind": "fat_tree", "nodes_per_leaf": 5, "nics_per_node": 3, "nic_gb_s": 40,
+                        "oversubscription": 2.0, "spines": 2}, name="h6-30x6")
+    divisors = [1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 18, 20, 30]
+    layouts = [d for d in itertools.product(divisors, repeat=4) if 90 < math.prod(d) <= 180]
+    fabric = G.fabric_for(c)
+    for dims in random.Random(0).sample(layouts, 40):
+        named = dict(zip(("tp", "cp", "dp", "pp"), dims))
+        for order in ORDERS[:2]:
+            fast = G.group_links(c, *dims, order=order)
+            exact = _exact(c, named, order, fabric)
+            for kind in named:
+                _close(fast[kind], exact[kind])
