@@ -28,8 +28,8 @@ from math import gcd
 from typing import Callable
 
 from topology.placement import (
-    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, cluster_slots, domain_stats,
-    parse_order, place, progression_counts, uniform_domain_ranks,
+    GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, cluster_slots, domain_capacities,
+    domain_stats, domain_stats_of, parse_order, place, progression_counts, uniform_domain_ranks,
 )
 from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
@@ -162,16 +162,18 @@ def _order_stride(order: tuple[str, ...], dims: dict[str, int], kind: str) -> in
 
 
 def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, int],
-                    order: tuple[GroupKind, ...], kind: GroupKind, e: int) -> GroupLink:
+                    order: tuple[GroupKind, ...], kind: GroupKind, e: int | list[int]) -> GroupLink:
     """_kind_link in closed form on a FlatFabric when rank r sits in domain r // e
-    (placement.uniform_domain_ranks): every ring, sub-ring and column ring puts load 1 on
+    (placement.uniform_domain_ranks), or, given per-domain capacities instead (partly-down
+    domains), from numpy run lengths: every ring, sub-ring and column ring puts load 1 on
     each port it uses (FlatFabric.ports_share), so only which ports are used matters."""
     size, stride = dims[kind], _order_stride(order, dims, kind)
     base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
     if size == 1:
         return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
     world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
-    counts, spans, uniform_multi = domain_stats(world, stride, size, e)
+    counts, spans, uniform_multi = domain_stats(world, stride, size, e) if isinstance(e, int) \
+        else domain_stats_of(e, dims, order, kind)
     shared = max(counts) >= 2  # some domain holds two members: NVLink ring steps
     ring_f = _fig(fabric.ports_share(shared, spans > 1), base)
     intra_f = _fig(fabric.ports_share(shared, False), ring_f)
@@ -214,10 +216,10 @@ def _links(token: int, dims: tuple[int, int, int, int],
     named = dict(zip(GROUP_KINDS, dims))
     if _flat_like(cluster):
         e = uniform_domain_ranks(cluster, named, order)
-        if e is not None:
-            fabric = _flat_figures(cluster)
-            return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, e))
-                         for kind in GROUP_KINDS)
+        caps = domain_capacities(cluster, named, order) if e is None else e
+        fabric = _flat_figures(cluster)
+        return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, caps))
+                     for kind in GROUP_KINDS)
     npl = _tree_unit_nodes(cluster)
     e = uniform_domain_ranks(cluster, named, order) if npl and not cluster.unavailable_nodes else None
     if e is not None:

@@ -18,6 +18,8 @@ from itertools import permutations
 from math import gcd
 from typing import Literal
 
+import numpy as np
+
 from topology.errors import InfeasibleError, Problem, SpecError
 from topology.graph import GpuSlot
 from topology.spec import ClusterSpec
@@ -283,3 +285,40 @@ def domain_stats(world: int, s: int, n: int, e: int) -> tuple[frozenset[int], in
         spans = max(spans, sp)
         uniform_multi = uniform_multi or (len(c) == 1 and sp > 1)
     return frozenset(counts), spans, uniform_multi
+
+
+def domain_capacities(cluster: ClusterSpec, dims: dict[str, int],
+                      order: tuple[GroupKind, ...] = MEGATRON_ORDER) -> list[int]:
+    """Ranks `place` puts in each NVLink domain that has a free GPU, in domain order (rank r
+    goes to the first domain whose running total exceeds r), for flat / nvlink_domain
+    clusters; O(domains), no slot list. Raises: InfeasibleError as place."""
+    t = cluster.topology
+    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    down = Counter(n // per_domain for n in set(cluster.unavailable_nodes))
+    free = [cluster.gpus_per_node * (per_domain - down[d]) for d in range(cluster.nodes // per_domain)]
+    free = [f for f in free if f]
+    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    _check_room(cluster, world, sum(free))
+    unit = _unit(dims, order, max(free))
+    aligned = [f // unit * unit for f in free]
+    return aligned if sum(aligned) >= world else free
+
+
+def domain_stats_of(capacities: list[int], dims: dict[str, int], order: tuple[GroupKind, ...],
+                    kind: str) -> tuple[frozenset[int], int, bool]:
+    """domain_stats for any per-domain rank capacities, by numpy over every rank (O(ranks),
+    vectorized): ranks grouped by reshaping the rank grid (fastest kind last), each group's
+    domains are nondecreasing, so its members per domain are the run lengths."""
+    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    domain_of = np.repeat(np.arange(len(capacities)), capacities)[:world]
+    grid = np.arange(world).reshape([dims[k] for k in reversed(order)])
+    axis = len(order) - 1 - order.index(kind)
+    groups = domain_of[np.moveaxis(grid, axis, -1).reshape(-1, dims[kind])]
+    starts = np.ones(groups.shape, dtype=bool)
+    starts[:, 1:] = groups[:, 1:] != groups[:, :-1]
+    first = np.flatnonzero(starts)
+    runs = np.diff(np.append(first, groups.size))
+    spans = starts.sum(axis=1)
+    row_first = np.concatenate(([0], np.cumsum(spans)[:-1]))
+    even = np.minimum.reduceat(runs, row_first) == np.maximum.reduceat(runs, row_first)
+    return frozenset(runs.tolist()), int(spans.max()), bool((even & (spans > 1)).any())

@@ -7,7 +7,9 @@ import itertools
 import pytest
 
 import topology.groups as G
-from topology.placement import Progressions, place, uniform_domain_ranks
+from topology.placement import (
+    Progressions, domain_capacities, domain_stats, domain_stats_of, place, uniform_domain_ranks,
+)
 
 from .helpers import cluster
 
@@ -33,7 +35,8 @@ FLAT_CASES = [
     (6, 3, 1, [0, 4], True),  # odd node size: aligned placement leaves GPUs idle
     (8, 4, 2, [], True),
     (8, 4, 2, [2, 3], True),  # a whole NVLink domain down
-    (8, 4, 2, [3], False),  # a partly-down domain: exact fallback
+    (8, 4, 2, [3], False),  # a partly-down domain: numpy run lengths over every rank
+    (12, 2, 3, [4, 9, 10], False),  # domains of 6, 4 and 2 free GPUs
     (12, 2, 3, [], True),
     (4, 6, 1, [], True),
 ]
@@ -54,6 +57,20 @@ def test_flat_closed_form_equals_exact_path(nodes, gpus, per_domain, down, close
     assert checked >= 100
 
 
+@pytest.mark.parametrize("nodes,gpus,per_domain,down,closed", [c for c in FLAT_CASES if c[4]])
+def test_numpy_run_lengths_equal_the_closed_form(nodes, gpus, per_domain, down, closed):
+    c = cluster(nodes, gpus, {"kind": "nvlink_domain", "nodes_per_domain": per_domain},
+                unavailable_nodes=down)
+    for dims in _layouts(c):
+        for order in ORDERS:
+            e = uniform_domain_ranks(c, dims, order)
+            caps = domain_capacities(c, dims, order)
+            world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+            for kind in dims:
+                stride = G._order_stride(order, dims, kind)
+                assert domain_stats_of(caps, dims, order, kind) == domain_stats(world, stride, dims[kind], e)
+
+
 def test_no_topology_field_uses_the_closed_form(seed_cluster):
     assert uniform_domain_ranks(seed_cluster, {"tp": 8, "cp": 1, "dp": 64, "pp": 1}) == 8
     fast = G.group_links(seed_cluster, 8, 1, 64, 1)
@@ -71,6 +88,13 @@ def test_100k_gpu_flat_query_places_no_rank(seed_cluster, monkeypatch):
     monkeypatch.setattr(G, "place", boom)
     monkeypatch.setattr(G, "fabric_for", boom)
     links = G.group_links(big, 8, 2, 768, 8)
+    # GB200-like racks of 18 trays x 4 GPUs, a tray down in two racks (68 free GPUs there):
+    # partly-down domains take the numpy path. TP8 units: 72 -> 9 per rack, 68 -> 8, so
+    # 99,840 ranks fit the aligned slots and no TP group straddles a rack.
+    nvl = cluster(25002, 4, {"kind": "nvlink_domain", "nodes_per_domain": 18},
+                  unavailable_nodes=[7, 100], name="h6-nvl-100k")
+    tp_domain = G.group_links(nvl, 8, 1, 12480, 1)
+    assert tp_domain["tp"].bandwidth_gb_s == 450 and tp_domain["dp"].bandwidth_gb_s == 45
     # Hand check: TP8 fills a node (450 GB/s NVLink); CP2 (stride 8) and DP (stride 16) cross
     # nodes with one member per node: the 45 GB/s NIC, 10 us.
     assert links["tp"].bandwidth_gb_s == 450 and not links["tp"].crosses_nodes
