@@ -11,9 +11,10 @@ figures: a group inside one NVLink domain gets `intra_node`, one that leaves it
 
 Fast paths give the same figures without placing or routing every rank (tests compare
 them with the full routing): flat / nvlink_domain clusters use the closed form in O(1)
-when every NVLink domain left has the same free GPUs (else the exact path); fat_tree /
-rail_optimized route one unit (a leaf's or scalable unit's nodes) per distinct view on a
-two-unit copy of the fabric; explicit graphs take the exact path.
+when every NVLink domain left has the same free GPUs (else numpy run lengths over the
+rank grid); fat_tree / rail_optimized route one unit (a leaf's or scalable unit's nodes)
+per distinct view on a two-unit copy of the fabric (with down nodes: every unit's own
+flows); explicit graphs take the exact path.
 
 "Node" in `crosses_nodes` / `ranks_per_node` means NVLink domain (a node on flat clusters).
 Units: bandwidths GB/s per GPU per direction (busbw); latencies seconds.
