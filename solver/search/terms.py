@@ -25,7 +25,7 @@ from solver.cost import terms as T
 from solver.cost.estimate import make_context
 from solver.cost.step import (
     MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
-    split_activation_bytes, usable_memory_bytes,
+    dominant_stages, stage_memory_terms, stage_profile, stage_state, usable_memory_bytes,
 )
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
@@ -52,6 +52,8 @@ class _Terms:
         self.per_layer_act = lru_cache(maxsize=None)(self._act)
         self.state = lru_cache(maxsize=None)(self._state)
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
+        self.stage_state = lru_cache(maxsize=None)(
+            lambda params, tp, pp, dp, cp, zero: stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero))
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
         kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
@@ -91,12 +93,25 @@ class _Terms:
         layers = layers_on_rank(self.ctx.model.layers, pp, vpp)
         return compose_step_time(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=m).step_time_s
 
-    def act(self, tp, cp, sp, rc, mb, pp, vpp, m, split=None) -> float:
-        """Activation bytes of a row: the busiest-rank model, or the split's busiest stage."""
+    def act(self, tp, cp, sp, rc, mb, pp, vpp, m, split=None) -> tuple[float, list | None]:
+        """(activation bytes, stage profile) of a row: the busiest-rank model (profile None),
+        or the split's largest stage activations and its step.dominant_stages."""
         if split is None:
-            return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m)
-        return split_activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                      pp=pp, vpp=vpp, grad_accum=m, split=split)
+            return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m), None
+        prof = dominant_stages(stage_profile(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
+                                             pp=pp, vpp=vpp, grad_accum=m, split=split))
+        return max(a for _, a, _ in prof), prof
+
+    def pair_total(self, shard: tuple, rest: tuple[float, ...], act: float, prof: list | None) -> float:
+        """Memory per GPU of a (pipeline row, shard row) pair: compose_memory's total, or with
+        a split the busiest stage's (step.stage_memory_terms, as step.split_memory_terms)."""
+        if prof is None:
+            return self.memory_total(rest, act)
+        tp, pp, cp, dp, sp, zero, mb = shard
+        kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+        return max(compose_memory(stage_memory_terms(
+            self.ctx, st, **kw, logits=rest[3], comm_buffers=rest[4],
+            state=self.stage_state(st[0], tp, pp, dp, cp, zero)))["total"] for st in prof)
 
     def _state(self, tp, pp, dp, cp, zero):
         return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
@@ -143,7 +158,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     all_keys = list(lm.pipeline_rows())
     if prune and with_time:
         all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
-    keys, pipe, act = [], [], []
+    keys, pipe, act, profiles = [], [], [], []
     for key in all_keys:
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         m = accum_of(dp, mb)
@@ -151,7 +166,9 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         split = t.split(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
         keys.append(key)
         pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m, split)) if with_time else 0)
-        act.append(t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split))
+        a, prof = t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split)
+        act.append(a)
+        profiles.append(prof)
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
@@ -160,10 +177,10 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     usable = usable_memory_bytes(ctx)
 
     def memory(i: int, j: int) -> float:
-        return t.memory_total(rest[j], act[i])
+        return t.pair_total(shards[j], rest[j], act[i], profiles[i])
 
-    # memory_total is a float sum in which the activation bytes enter once, so it never
-    # decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
+    # Without splits memory_total is a float sum in which the activation bytes enter once, so
+    # it never decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
     return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS,
                     lambda i, j: memory(i, j) <= usable, memory, act, [sum(r) for r in rest],
-                    monotone_fit=True)
+                    monotone_fit=t.split_uneven is None)

@@ -138,3 +138,20 @@ def test_split_search_equals_exhaustive(model, shape, training, objective, fewer
     for r in res.layouts:
         if r.layout.pp > 1:
             assert r.layout.pipeline_layers is not None and sum(r.pipeline_split) == model.layers
+
+
+def test_each_stage_holds_its_own_weights(seed_model, seed_cluster, seed_training):
+    """pp 2 with (1, 79) layers: the second stage (79 layers + final norm + LM head) is the
+    busiest; its weights are its own parameters over TP (hand count from parameter_counts)."""
+    from solver.cost.accounting import parameter_counts, per_gpu_model_state_bytes
+
+    pc = parameter_counts(seed_model, seed_training.seq_len)
+    layout = LayoutSpec(tp=8, pp=2, dp=32, zero_stage=1, pipeline_layers=(1, 79))
+    est = estimate_layout(seed_model, seed_cluster, seed_training, layout)
+    params = 79 * pc.per_layer + pc.final_norm + pc.lm_head
+    expected = per_gpu_model_state_bytes(params, seed_training.precision, layout.model_copy(
+        update={"pp": 1, "pipeline_layers": None}))
+    assert est.memory_per_gpu_bytes["weights"] == pytest.approx(expected.weights, rel=1e-12)
+    even = estimate_layout(seed_model, seed_cluster, seed_training, layout.model_copy(
+        update={"pipeline_layers": (40, 40)}))
+    assert est.memory_per_gpu_bytes["total"] > even.memory_per_gpu_bytes["total"]
