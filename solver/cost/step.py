@@ -37,6 +37,11 @@ Memory terms (bytes per GPU; solver.cost.memory)              depends on
   framework overhead  options.framework_overhead_bytes (constant)
 Composition (compose_memory): total = sum of the above; fits iff
   total <= (1 - options.memory_margin_fraction) x GPU memory.
+
+Explicit splits (LayoutSpec.pipeline_layers): time stage by stage (compose_split_step_time,
+the embedding on the first stage and the LM head on the last) and memory of the busiest rank
+(split_memory_terms: each rank's own parameters and activations); balanced_split and
+chosen_split give the split a search assigns. Without a split, the formulas above.
 """
 from __future__ import annotations
 
