@@ -39,6 +39,11 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                    explain: bool = True) -> SearchResult:
     """Ranked distinct layouts, best first, each re-evaluated by the cost model.
 
+    When no layout can use all the GPUs (options.gpus, default all available) and the count
+    is fixed, the largest usable counts are searched instead (solver.search.fallback) and the
+    result says so (fallback, gpus_available, gpus_used). With options.split_stages each
+    layout carries its pipeline split (LayoutSpec.pipeline_layers, stage by stage costs).
+
     Raises: InfeasibleError (message + explanation with the smallest fixes) when no layout
     fits; SolverTimeoutError when the time limit passes before any layout is found;
     SpecError for bad options (or training.tokens missing for run-level objectives).
