@@ -8,7 +8,7 @@ from solver.search import exhaustive_search, search_layouts
 from solver.search.fallback import NEAR_FRACTION, usable_gpu_counts
 from solver.search.options import SearchOptions
 from solver.search.space import enumerate_layouts
-from tests.search.problems import binding_cluster, models, tiny_cluster, tiny_model, tiny_training
+from tests.search.problems import models, tiny_cluster, tiny_model, tiny_training
 
 SMALL = dict(max_micro_batch=2, max_vpp=2, max_cp=2, time_limit_s=30)
 

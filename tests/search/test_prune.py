@@ -1,7 +1,6 @@
 """Group pruning before the tables: the bound is a true lower bound, and the top-K is exact."""
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from solver.cost.estimate import estimate_layout, make_context
 from solver.search import exhaustive_search, search_layouts
