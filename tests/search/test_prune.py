@@ -1,25 +1,31 @@
 """Group pruning before the tables: the bound is a true lower bound, and the top-K is exact."""
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from solver.cost.estimate import estimate_layout, make_context
 from solver.search import exhaustive_search, search_layouts
 from solver.search.cpsat import LayoutModel
+from solver.search.exhaustive import evaluate
 from solver.search.options import SearchOptions
 from solver.search.prune import _lower_s, group_of
 from solver.search.rules import accumulation
 from solver.search.space import enumerate_layouts
 from solver.search.terms import _Terms, term_rows
-from tests.search.problems import binding_cluster, models, shapes, tiny_model, tiny_training, trainings
+from tests.search.problems import (
+    binding_cluster, models, shapes, tiny_cluster, tiny_model, tiny_training, trainings,
+)
 
 SMALL = dict(max_micro_batch=2, max_vpp=3, max_cp=2, time_limit_s=30)
 
 
-@settings(deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
-@given(models, shapes, trainings)
-def test_group_bound_is_below_every_layout_of_the_group(model, shape, training):
+@settings(deadline=None, max_examples=12, suppress_health_check=[HealthCheck.too_slow])
+@given(models, shapes, trainings, st.booleans())
+def test_group_bound_is_below_every_layout_of_the_group(model, shape, training, split_stages):
+    """Busiest-rank model, or stage by stage with the search's splits (evaluate assigns them)."""
     cluster = binding_cluster(model, *shape)
-    options = SearchOptions(allow_fewer_gpus=True, **SMALL)
+    options = SearchOptions(allow_fewer_gpus=True, split_stages=split_stages, **SMALL)
+    wide = tiny_cluster(*shape[:2], 9000)  # same links, every layout fits: evaluate returns all
     lm = LayoutModel(model, cluster, training, options)
     t = _Terms(make_context(model, cluster, training))
     rows: dict = {}
@@ -29,8 +35,9 @@ def test_group_bound_is_below_every_layout_of_the_group(model, shape, training):
     for layout in enumerate_layouts(model, cluster, training, options):
         lo = layout
         g = (lo.tp, lo.pp, lo.cp, lo.dp, int(lo.sequence_parallel), lo.micro_batch)
-        step = estimate_layout(model, cluster, training, lo).step_time_s
-        assert _lower_s(lm, t, g, rows[g], acc) <= step * (1 + 1e-12), lo
+        ev = evaluate(model, wide, training, options, lo)
+        step = estimate_layout(model, cluster, training, ev.layout).step_time_s
+        assert _lower_s(lm, t, g, rows[g], acc) <= step * (1 + 1e-12), ev.layout
 
 
 @pytest.mark.parametrize("objective, fewer", [("step_time", True), ("min_cost", False), ("min_gpus", False),
