@@ -121,7 +121,7 @@ def test_split_tables_match_the_cost_model():
     assert fits == {True, False} and uneven > 0
 
 
-@settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(models, shapes, trainings, st.sampled_from(["step_time", "min_cost", "min_gpus"]), st.booleans(),
        st.booleans())
 def test_split_search_equals_exhaustive(model, shape, training, objective, fewer, uneven):
