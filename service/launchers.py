@@ -98,6 +98,8 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
             "--pipeline-model-parallel-size", str(layout.pp),
             "--context-parallel-size", str(layout.cp)]
     args += _megatron_pipeline_args(m, layout, split)
+    if layout.rank_order == "tp-cp-pp-dp":  # parallel_state order 'tp-cp-ep-pp-dp'
+        args.append("--use-tp-pp-dp-mapping")
     if layout.sequence_parallel:
         args.append("--sequence-parallel")
     args += _megatron_zero_args(layout.zero_stage)
@@ -225,17 +227,17 @@ def _groups_of_rank0(order: tuple[str, ...], dims: dict[str, int]) -> dict[str, 
 
 
 def rank_placement(cluster: ClusterSpec, layout: LayoutSpec) -> dict[str, Any]:
-    """Rank -> (node, local GPU) from topology.placement.place, Megatron rank order
-    (TP fastest, then CP, DP, PP); nodes marked unavailable get no rank.
+    """Rank -> (node, local GPU) from topology.placement.place in the layout's rank order
+    (Megatron's default TP, CP, DP, PP, or TP, CP, PP, DP); unavailable nodes get no rank.
 
     `ranks[r]` is [node, local GPU] of rank r (listed up to RANKS_LISTED_MAX ranks);
     `groups_of_rank0` gives the TP, CP, DP and PP groups that contain rank 0.
     Raises: InfeasibleError when the layout needs more GPUs than are available.
     """
-    from topology.placement import place
+    from topology.placement import parse_order, place
 
     dims = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp}
-    placed = place(cluster, dims)
+    placed = place(cluster, dims, parse_order(layout.rank_order))
     per_node = Counter(s.node for s in placed.slots)
     counts = sorted(set(per_node.values()))
     out: dict[str, Any] = {
@@ -243,7 +245,8 @@ def rank_placement(cluster: ClusterSpec, layout: LayoutSpec) -> dict[str, Any]:
         "gpus_per_node": cluster.gpus_per_node, "nodes": sorted(per_node),
         "ranks_per_node": counts[0] if len(counts) == 1 else counts,
         "domain_aligned": placed.aligned,
-        "rule": "rank = tp + TP*(cp + CP*(dp + DP*pp)); ranks[r] = [node, local GPU]",
+        "rule": ("rank = tp + TP*(cp + CP*(dp + DP*pp))" if layout.rank_order == "tp-cp-dp-pp"
+                 else "rank = tp + TP*(cp + CP*(pp + PP*dp))") + "; ranks[r] = [node, local GPU]",
         "groups_of_rank0": _groups_of_rank0(placed.order, dims),
     }
     if layout.gpus <= RANKS_LISTED_MAX:

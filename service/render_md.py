@@ -65,7 +65,8 @@ def _compute(f: dict[str, Any], t: dict[str, Any]) -> list[str]:
 def _lay(d: dict[str, Any]) -> str:
     extra = (f" CP{d['cp']}" if d["cp"] > 1 else "") + (f" VPP{d['vpp']}" if d["vpp"] > 1 else "")
     return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']}{extra} ZeRO-{d['zero_stage']}"
-            f"{' SP' if d['sequence_parallel'] else ''} mb{d['micro_batch']} {d['recompute']}")
+            f"{' SP' if d['sequence_parallel'] else ''} mb{d['micro_batch']} {d['recompute']}"
+            + (f" order {d['rank_order']}" if d.get("rank_order", "tp-cp-dp-pp") != "tp-cp-dp-pp" else ""))
 
 
 def _ladder(plan: dict[str, Any]) -> list[str]:

@@ -25,11 +25,17 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     """(search summary, ranked layouts best first) from the CP-SAT search.
 
     Each layout carries the layout fields, step_time_s, mfu, fits, its full estimate
-    (time_breakdown_s, memory_per_gpu_bytes by component) and memory_free_bytes.
+    (time_breakdown_s, memory_per_gpu_bytes by component) and memory_free_bytes. Without
+    options, clusters with an explicit topology are searched under both rank orders.
     Raises: InfeasibleError (with the solver's explanation and smallest fix).
     """
     from solver.search.api import plan_layouts
+    from solver.specs import RankOrder
 
+    if options is None and cluster.topology is not None:
+        # On an explicit fabric (fat tree, NVLink domains) placement changes group
+        # bandwidths: search both Megatron rank orders, each exactly.
+        options = {"rank_orders": list(RankOrder.__args__)}
     summary, layouts = plan_layouts(model, cluster, training, options)
     for d in layouts:
         est = estimate_layout(model, cluster, training, LayoutSpec(**_fields(d)))

@@ -12,6 +12,10 @@ from pydantic import Field, model_validator
 from topology.spec import StrictModel
 
 Recompute = Literal["none", "selective", "full"]
+# Rank orders, fastest-varying first: Megatron-LM's default mapping and the one selected by
+# its --use-tp-pp-dp-mapping flag (megatron/core/parallel_state.py, `order`).
+RankOrder = Literal["tp-cp-dp-pp", "tp-cp-pp-dp"]
+DEFAULT_RANK_ORDER: RankOrder = "tp-cp-dp-pp"
 
 
 class ModelSpec(StrictModel):
@@ -101,6 +105,11 @@ class LayoutSpec(StrictModel):
         default=0, description="0 replicated; 1 optimizer sharded over DP; 2 + gradients; 3 + weights.")
     micro_batch: int = Field(default=1, ge=1, le=100_000, description="Sequences per micro-batch per replica.")
     recompute: Recompute = Field(default="none", description="Activation recompute: none, selective, full.")
+    rank_order: RankOrder = Field(
+        default=DEFAULT_RANK_ORDER,
+        description="Placement: how ranks map to GPUs, fastest-varying first. 'tp-cp-dp-pp' is "
+                    "Megatron-LM's default; 'tp-cp-pp-dp' (--use-tp-pp-dp-mapping) puts "
+                    "pipeline neighbours closer than data-parallel replicas.")
     pipeline_layers: tuple[int, ...] | None = Field(
         default=None, strict=False,  # a JSON list is accepted
         description="Transformer layers per pipeline stage (pp values) or per model chunk "

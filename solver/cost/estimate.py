@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from solver.cost.accounting import attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
 from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
-from solver.cost.terms import CostContext
+from solver.cost.terms import CostContext, with_rank_order
 from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
 from topology.spec import ClusterSpec
@@ -92,6 +92,7 @@ def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
 def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimate:
     """estimate_layout for a prepared context. Raises: SpecError."""
     check_layout(ctx, layout)
+    ctx = with_rank_order(ctx, layout.rank_order)
     batch = batch_plan(ctx.training, layout.dp, layout.micro_batch)
     m = batch.grad_accum
     st = step_time(ctx, layout, m)  # compose_step_time, or per stage for layout.pipeline_layers

@@ -18,7 +18,7 @@ from solver.cost.communication import (
     allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
 )
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
-from solver.specs import ModelSpec, Recompute, TrainingSpec
+from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec
 from topology.groups import GroupLink, group_links
 from topology.spec import ClusterSpec
 
@@ -34,6 +34,7 @@ class CostContext:
     cluster: ClusterSpec
     training: TrainingSpec
     options: CostOptions = DEFAULT_OPTIONS
+    rank_order: str = DEFAULT_RANK_ORDER  # LayoutSpec.rank_order: the placement the links assume
 
     @cached_property
     def params(self) -> ParameterCounts:
@@ -47,10 +48,20 @@ class CostContext:
 def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp: int = 1) -> GroupLink:
     """The GroupLink of one group kind, from topology.groups.group_links.
 
-    Each term passes only the degrees that place its group (Megatron order TP, CP, DP, PP:
-    a group's ranks depend on its own size and the sizes of the faster dimensions).
+    Each term passes the degrees that place its group: a group's ranks depend on its own
+    size and the sizes of the dimensions faster than it in ctx.rank_order (TP and CP are
+    fastest in both supported orders; DP and PP terms pass all four degrees).
     """
-    return group_links(ctx.cluster, tp, cp, dp, pp)[kind]
+    return group_links(ctx.cluster, tp, cp, dp, pp, order=ctx.rank_order)[kind]
+
+
+@lru_cache(maxsize=256)
+def with_rank_order(ctx: CostContext, rank_order: str) -> CostContext:
+    """The same problem under another placement (one derived context per order, so the
+    term caches keyed on the context keep working)."""
+    if rank_order == ctx.rank_order:
+        return ctx
+    return dataclasses.replace(ctx, rank_order=rank_order)
 
 
 @lru_cache(maxsize=65536)
@@ -161,9 +172,10 @@ def embedding_s(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> floa
     return C.embedding_s(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp, cp, micro_batch)
 
 
-def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int) -> GroupLink:
-    """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron)."""
-    lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp)
+def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int, pp: int) -> GroupLink:
+    """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron).
+    PP places the DP groups too when the rank order puts PP before DP."""
+    lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp, pp=pp)
     if cp > 1:
         lk = dataclasses.replace(lk, size=dp * cp)
     return lk
@@ -180,7 +192,7 @@ def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int
     micro-batch all-gathers the parameters for forward and again for backward and
     reduce-scatters the gradients (Sec. 5.3; FSDP, Zhao et al. 2023).
     """
-    lk = _dp_link(ctx, tp, cp, dp)
+    lk = _dp_link(ctx, tp, cp, dp, pp)
     if lk.size <= 1:
         return 0.0, 0.0
     rec = ctx.training.precision

@@ -52,6 +52,9 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if options.gpus is not None and options.gpus > cluster.available_gpus:
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])
+    if len(options.rank_orders) > 1:
+        return _search_orders(model, cluster, training, options, cost_options=cost_options,
+                              rows_builder=rows_builder, evaluator=evaluator, explain=explain)
     t0 = time.perf_counter()
     rows_builder = rows_builder or default_rows(cost_options, prune=True)
 
@@ -71,6 +74,43 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
     return _search(model, cluster, training, options, rows_builder, make_evaluator(options),
                    explain, cost_options, rows, t0)
+
+
+def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> SearchResult:
+    """Each placement (options.rank_orders) searched exactly on its own, merged by objective.
+
+    OPTIMAL means optimal over every listed order. Raises: InfeasibleError when no order has
+    a fitting layout (the first order's explanation); SolverTimeoutError likewise.
+    """
+    import dataclasses
+
+    from solver.search.exhaustive import layout_key
+
+    t0, results, errors = time.perf_counter(), [], []
+    for order in options.rank_orders:
+        left_s = max(1e-3, options.time_limit_s - (time.perf_counter() - t0))
+        one = options.model_copy(update={"rank_orders": (order,), "time_limit_s": left_s})
+        try:
+            results.append(search_layouts(model, cluster, training, one, **kw))
+        except (InfeasibleError, SolverTimeoutError) as exc:
+            errors.append(exc)
+    if not results:
+        raise errors[0]
+    top = sorted((r for res in results for r in res.layouts),
+                 key=lambda r: (r.objective_units, layout_key(r.layout)))[: options.top_k]
+    layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
+    proven = not errors or all(isinstance(e, InfeasibleError) for e in errors)
+    proven = proven and all(res.status == "OPTIMAL" for res in results)
+    best = layouts[0].objective_units
+    bound = best if proven else min(res.bound_units for res in results)
+    gap = 0.0 if proven else max(0.0, (best - bound) / max(abs(best), 1e-12))
+    first = results[0]
+    notes = [f"placements searched: {', '.join(options.rank_orders)}"] + first.notes
+    return dataclasses.replace(
+        first, layouts=layouts, status="OPTIMAL" if proven else "FEASIBLE",
+        seconds=time.perf_counter() - t0, bound_units=bound, gap=gap,
+        solves=sum(r.solves for r in results), evaluated=sum(r.evaluated for r in results),
+        notes=notes, phases={o: r.phases for o, r in zip(options.rank_orders, results)})
 
 
 def _search(model, cluster, training, options: SearchOptions, rows_builder: RowsBuilder,

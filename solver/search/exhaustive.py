@@ -28,7 +28,7 @@ class Evaluated:
 def layout_key(layout: LayoutSpec) -> tuple:
     """A total order on layouts used to break exact ties deterministically."""
     return (layout.tp, layout.pp, layout.dp, layout.cp, layout.vpp, layout.sequence_parallel,
-            layout.zero_stage, layout.micro_batch, layout.recompute)
+            layout.zero_stage, layout.micro_batch, layout.recompute, layout.rank_order)
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
@@ -37,7 +37,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, opt
     from solver.cost.estimate import estimate_with_context, make_context
     from solver.cost.step import chosen_split, time_terms
 
-    ctx = make_context(model, cluster, training, cost_options)
+    from solver.cost.terms import with_rank_order
+
+    order = options.rank_orders[0]
+    ctx = with_rank_order(make_context(model, cluster, training, cost_options), order)
+    if layout.rank_order != order:
+        layout = layout.model_copy(update={"rank_order": order})
     if options.split_stages and layout.pp > 1:
         m = accumulation(training, layout.dp, layout.micro_batch)
         split = chosen_split(time_terms(ctx, layout, m), layers=model.layers, pp=layout.pp,
@@ -57,6 +62,12 @@ def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: Training
     layouts of the largest usable counts (solver.search.fallback.usable_gpu_counts).
     """
     options = options or SearchOptions()
+    if len(options.rank_orders) > 1:  # each placement separately, merged
+        out = [e for o in options.rank_orders
+               for e in exhaustive_search(model, cluster, training,
+                                          options.model_copy(update={"rank_orders": (o,)}), cost_options)]
+        out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
+        return out
     layouts = list(enumerate_layouts(model, cluster, training, options))
     if not layouts and not options.gpus_may_vary:
         from solver.search.fallback import usable_gpu_counts

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from solver.specs import DEFAULT_RANK_ORDER, RankOrder
 from topology.spec import StrictModel
 
 Objective = Literal["step_time", "min_gpus", "min_gpus_deadline", "min_cost"]
@@ -53,6 +54,11 @@ class SearchOptions(StrictModel):
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")
+    rank_orders: tuple[RankOrder, ...] = Field(
+        default=(DEFAULT_RANK_ORDER,), min_length=1, strict=False,  # a JSON list is accepted
+        description="Placements (LayoutSpec.rank_order) to search; each is searched exactly and "
+                    "the results merged. Give both orders on fat trees, where keeping DP or PP "
+                    "groups inside a leaf changes their bandwidth.")
     recompute: tuple[RecomputeLevel, ...] = Field(
         default=("none", "selective", "full"), min_length=1, strict=False,
         description="Activation-recompute levels the search may use.")

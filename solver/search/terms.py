@@ -27,7 +27,7 @@ from solver.cost.step import (
     MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
     dominant_stages, stage_memory_terms, stage_profile, stage_state, usable_memory_bytes,
 )
-from solver.cost.terms import CostContext, layers_on_rank
+from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows
 from solver.search.prune import prune_keys
@@ -146,7 +146,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     prune=True keeps only the row groups that can hold one of the lm.options.top_k best
     layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
     """
-    ctx = make_context(lm.spec, lm.cluster, lm.training, cost_options)
+    ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
+                          lm.options.rank_orders[0])
     t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None)
     accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
 

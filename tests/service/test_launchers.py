@@ -41,6 +41,8 @@ MEGATRON_OPTIONS = {
     "--disable-bias-linear": None, "--position-embedding-type": ("learned_absolute", "rope", "none"),
     "--normalization": ("LayerNorm", "RMSNorm"), "--bf16": None,
     "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
+    # megatron/training/arguments.py: "rank initialization order tp-cp-ep-pp-dp".
+    "--use-tp-pp-dp-mapping": None,
 }
 TORCHTITAN_KEYS = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
@@ -190,3 +192,22 @@ def test_groups_of_rank0_agree_with_topology_placement(seed_cluster):
     placed = place(seed_cluster, {"tp": 4, "cp": 2, "dp": 16, "pp": 4})
     for kind in ("tp", "cp", "dp", "pp"):
         assert p["groups_of_rank0"][kind] == placed.groups(kind)[0], kind
+
+
+def test_rank_order_reaches_megatron_and_the_placement():
+    """tp-cp-pp-dp -> --use-tp-pp-dp-mapping; rank 1 of TP1 x PP2 x DP2 is PP stage 1 (its
+    pipeline neighbour is the next rank), so ranks 0 and 1 are a PP group, not a DP group."""
+    from solver.presets import load_model, load_training
+
+    lay = LayoutSpec(tp=1, pp=2, dp=2, rank_order="tp-cp-pp-dp")
+    args = megatron_args(load_model("llama3-8b"), load_training("seed-300b"), lay)
+    assert "--use-tp-pp-dp-mapping" in args
+    default = megatron_args(load_model("llama3-8b"), load_training("seed-300b"),
+                            lay.model_copy(update={"rank_order": "tp-cp-dp-pp"}))
+    assert "--use-tp-pp-dp-mapping" not in default
+    c = load_cluster({"name": "c", "nodes": 1, "gpus_per_node": 4, "gpu": "seed-gpu",
+                      "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
+                      "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}})
+    placed = rank_placement(c, lay)
+    assert placed["order"] == "tp-cp-pp-dp"
+    assert 1 in placed["groups_of_rank0"]["pp"] and 1 not in placed["groups_of_rank0"]["dp"]
