@@ -27,8 +27,9 @@ def add_parser(subparsers) -> None:
                    help="allowed relative miss of the global batch (default 0: exact)")
     p.add_argument("--allow-tp-outside-node", action="store_true", help="TP may span nodes")
     p.add_argument("--gpus", type=int, default=None, help="use exactly this many GPUs (default: all)")
-    p.add_argument("--split-stages", action="store_true",
-                   help="choose layers per pipeline stage (lighter first/last stages), reported")
+    p.add_argument("--split-stages", action=argparse.BooleanOptionalAction, default=True,
+                   help="choose layers per pipeline stage (lighter first/last stages), reported "
+                        "(default; --no-split-stages charges every stage as the busiest rank)")
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 

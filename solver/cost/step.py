@@ -244,7 +244,15 @@ def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
         by_e = {e: cap(t, e) for e in set(extra)}
         return [by_e[e] for e in extra]
 
-    cands = sorted({n * layer_s + e for e in set(extra) for n in range(1, layers + 1)})
+    # The optimum T lies in [lo, hi], hi - lo <= layer_s: T >= the mean stage time and every
+    # stage runs >= 1 layer; at T = max(mean + layer_s, layer_s + max e) the caps floor((T - e_r)
+    # / layer_s) >= (T - e_r) / layer_s - 1 sum to >= layers. Only the stage times n x layer_s + e
+    # within one layer of [lo, hi] are candidates (feasibility is still tested exactly below).
+    mean = (layers * layer_s + sum(extra)) / len(extra)
+    lo, hi = max(mean, layer_s + max(extra)), max(mean + layer_s, layer_s + max(extra))
+    cands = sorted({n * layer_s + e for e in set(extra)
+                    for n in range(max(1, int((lo - e) // layer_s) - 1),
+                                   min(layers, int((hi - e) // layer_s) + 2) + 1)})
     lo, hi = 0, len(cands) - 1
     while lo < hi:
         mid = (lo + hi) // 2

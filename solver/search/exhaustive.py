@@ -31,23 +31,31 @@ def layout_key(layout: LayoutSpec) -> tuple:
             layout.zero_stage, layout.micro_batch, layout.recompute, layout.rank_order)
 
 
+def with_search_split(ctx: Any, options: SearchOptions, layout: LayoutSpec) -> LayoutSpec:
+    """The layout with the pipeline split the search assigns it (solver.cost.step.chosen_split;
+    LayoutSpec.pipeline_layers), or unchanged without options.split_stages, for pp = 1, or
+    when the layers do not divide and uneven stages are not allowed. ctx: the CostContext."""
+    from solver.cost.step import chosen_split, time_terms
+
+    if not options.split_stages or layout.pp == 1:
+        return layout
+    m = accumulation(ctx.training, layout.dp, layout.micro_batch)
+    split = chosen_split(time_terms(ctx, layout, m), layers=ctx.model.layers, pp=layout.pp,
+                         vpp=layout.vpp, grad_accum=m, uneven=options.allow_uneven_pipeline)
+    return layout.model_copy(update={"pipeline_layers": split})
+
+
 def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
              layout: LayoutSpec, cost_options: Any = None) -> Evaluated | None:
     """The cost model's verdict on one layout; None when it does not fit or misses the deadline."""
     from solver.cost.estimate import estimate_with_context, make_context
-    from solver.cost.step import chosen_split, time_terms
-
     from solver.cost.terms import with_rank_order
 
     order = options.rank_orders[0]
     ctx = with_rank_order(make_context(model, cluster, training, cost_options), order)
     if layout.rank_order != order:
         layout = layout.model_copy(update={"rank_order": order})
-    if options.split_stages and layout.pp > 1:
-        m = accumulation(training, layout.dp, layout.micro_batch)
-        split = chosen_split(time_terms(ctx, layout, m), layers=model.layers, pp=layout.pp,
-                             vpp=layout.vpp, grad_accum=m, uneven=options.allow_uneven_pipeline)
-        layout = layout.model_copy(update={"pipeline_layers": split})
+    layout = with_search_split(ctx, options, layout)
     est = estimate_with_context(ctx, layout)
     if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
         return None

@@ -46,11 +46,12 @@ class SearchOptions(StrictModel):
     allow_uneven_pipeline: bool = Field(
         default=True, description="Pipeline stages may hold different numbers of layers.")
     split_stages: bool = Field(
-        default=False,
+        default=True,
         description="Charge every pipeline stage separately and give each layout the split "
                     "that minimizes its slowest stage (the first stage also runs the embedding, "
-                    "the last the LM head and loss; uneven when allow_uneven_pipeline), reported "
-                    "as pipeline_layers. Default: every stage charged as the busiest rank.")
+                    "the last the LM head and loss; uneven when allow_uneven_pipeline, as in "
+                    "Llama 3), reported as pipeline_layers. False: every stage charged as the "
+                    "busiest rank.")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")

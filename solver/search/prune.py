@@ -98,14 +98,10 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> l
     tp, pp, cp, dp, sp, mb = g
     m, spb = accum(dp, mb), bool(sp)
     out = []
-    shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m),
-               t.memory_rest(tp, pp, cp, dp, spb, z, mb)) for z in lm.values["zero_stage"]]
+    shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.values["zero_stage"]]
     for key in rows:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
-        split = t.split(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
-        pipe_s = t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m, split)
-        act, prof = t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split)
-        out += [pipe_s + dp_s for shard, dp_s, rest in shards
-                if t.pair_total(shard, rest, act, prof) <= usable]
+        pipe_s = t.row(tp, pp, cp, dp, vpp, mb, spb, rcn, m)[1]
+        out += [pipe_s + dp_s for shard, dp_s in shards if t.pair_memory(shard, vpp, rcn, m) <= usable]
     return out
 

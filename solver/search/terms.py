@@ -54,6 +54,10 @@ class _Terms:
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
         self.stage_state = lru_cache(maxsize=None)(
             lambda params, tp, pp, dp, cp, zero: stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero))
+        self.row = lru_cache(maxsize=None)(self._row)
+        self.rest = lru_cache(maxsize=None)(
+            lambda tp, pp, cp, dp, sp, zero, mb: self.memory_rest(tp, pp, cp, dp, bool(sp), zero, mb))
+        self.pair_memory = lru_cache(maxsize=None)(self._pair_memory)
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
         kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
@@ -101,6 +105,20 @@ class _Terms:
         prof = dominant_stages(stage_profile(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
                                              pp=pp, vpp=vpp, grad_accum=m, split=split))
         return max(a for _, a, _ in prof), prof
+
+    def _row(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> tuple:
+        """(split, pipeline seconds, activation bytes, stage profile) of a pipeline row
+        (split, pipe_s and act; memoized: the pruning and the tables share them)."""
+        split = self.split(tp, pp, cp, dp, vpp, mb, sp, rc, m)
+        return (split, self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, m, split),
+                *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split))
+
+    def _pair_memory(self, shard: tuple, vpp: int, rc: str, m: int) -> float:
+        """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb) with
+        pipeline fields vpp and rc (pair_total of the memoized row and shard terms)."""
+        tp, pp, cp, dp, sp, zero, mb = shard
+        _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
+        return self.pair_total(shard, self.rest(*shard), act, prof)
 
     def pair_total(self, shard: tuple, rest: tuple[float, ...], act: float, prof: list | None) -> float:
         """Memory per GPU of a (pipeline row, shard row) pair: compose_memory's total, or with
@@ -159,26 +177,24 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     all_keys = list(lm.pipeline_rows())
     if prune and with_time:
         all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
-    keys, pipe, act, profiles = [], [], [], []
+    keys, pipe, act = [], [], []
     for key in all_keys:
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         m = accum_of(dp, mb)
-        spb, rcn = bool(sp), RECOMPUTE_NAMES[rc]
-        split = t.split(tp, pp, cp, dp, vpp, mb, spb, rcn, m)
+        split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], m)
         keys.append(key)
-        pipe.append(time_int(t.pipe_s(tp, pp, cp, dp, vpp, mb, spb, rcn, m, split)) if with_time else 0)
-        a, prof = t.act(tp, cp, spb, rcn, mb, pp, vpp, m, split)
+        pipe.append(time_int(pipe_s) if with_time else 0)
         act.append(a)
-        profiles.append(prof)
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
                    for tp, pp, cp, dp, sp, z, mb in shards]
-    rest = [t.memory_rest(tp, pp, cp, dp, bool(sp), z, mb) for tp, pp, cp, dp, sp, z, mb in shards]
+    rest = [t.rest(*shard) for shard in shards]
     usable = usable_memory_bytes(ctx)
 
     def memory(i: int, j: int) -> float:
-        return t.pair_total(shards[j], rest[j], act[i], profiles[i])
+        tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
+        return t.pair_memory(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)])
 
     # Without splits memory_total is a float sum in which the activation bytes enter once, so
     # it never decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.

@@ -1,14 +1,17 @@
 """The CP-SAT cost tables agree with the cost model (solver.cost.estimate) layout by layout.
 
 Step time: pipeline units + shard units is within the tables' rounding bound (1 us) of
-estimate_layout's step_time_s; memory: the same total and the same `fits` verdict.
+estimate_layout's step_time_s; memory: the same total and the same `fits` verdict. Each
+layout is evaluated with the pipeline split the search assigns it (default split_stages;
+solver.search.exhaustive.with_search_split), or without one when split_stages is off.
 """
 import random
 
 import pytest
 
-from solver.cost.estimate import estimate_layout
+from solver.cost.estimate import estimate_with_context, make_context
 from solver.search.cpsat import LayoutModel
+from solver.search.exhaustive import with_search_split
 from solver.search.model import layout_of
 from solver.search.options import SearchOptions
 from solver.search.scaling import TIME_UNIT_S
@@ -16,14 +19,17 @@ from solver.search.terms import term_rows
 from tests.search.problems import binding_cluster, tiny_model, tiny_training
 
 
-def check_pairs(model, cluster, training, samples=150, seed=0):
-    rows = term_rows(LayoutModel(model, cluster, training, SearchOptions()))
+def check_pairs(model, cluster, training, samples=150, seed=0, options=None):
+    options = options or SearchOptions()
+    ctx = make_context(model, cluster, training)
+    rows = term_rows(LayoutModel(model, cluster, training, options))
     pairs = [(i, j) for pipes, shards, _ in rows.groups().values() for i in pipes for j in shards]
     rng = random.Random(seed)
     fit_seen = set()
     for i, j in rng.sample(pairs, min(samples, len(pairs))):
-        layout = layout_of(rows.pipe_keys[i], rows.shard_keys[j])
-        est = estimate_layout(model, cluster, training, layout)
+        layout = with_search_split(ctx, options, layout_of(rows.pipe_keys[i], rows.shard_keys[j]))
+        assert (layout.pipeline_layers is not None) == (options.split_stages and layout.pp > 1)
+        est = estimate_with_context(ctx, layout)
         units = rows.pipe_units[i] + rows.shard_units[j]
         assert abs(units - est.step_time_s / TIME_UNIT_S) <= rows.error_units, layout
         assert rows.memory(i, j) == pytest.approx(est.memory_per_gpu_bytes["total"], rel=1e-12)
@@ -34,6 +40,12 @@ def check_pairs(model, cluster, training, samples=150, seed=0):
 
 def test_seed_tables_match_the_cost_model(seed_model, seed_cluster, seed_training):
     assert check_pairs(seed_model, seed_cluster, seed_training) == {True, False}
+
+
+def test_busiest_rank_tables_match_the_cost_model(seed_model, seed_cluster, seed_training):
+    """split_stages off: every stage charged as the busiest rank, no split on the layouts."""
+    options = SearchOptions(split_stages=False)
+    assert check_pairs(seed_model, seed_cluster, seed_training, options=options) == {True, False}
 
 
 def test_small_tables_match_the_cost_model():
