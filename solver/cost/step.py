@@ -45,7 +45,9 @@ chosen_split give the split a search assigns. Without a split, the formulas abov
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 from solver.cost import memory as M
 from solver.cost import terms as T
@@ -189,9 +191,11 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     return StepTime(step_time_s=step, stage_time_s=t_max, breakdown_s=breakdown)
 
 
-def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int) -> tuple[int, ...]:
+def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int,
+                   max_layers: list[int] | None = None) -> tuple[int, ...]:
     """Layers per stage (vpp = 1): the slowest stage as fast as possible, then the least
-    activation memory; every stage >= 1 layer.
+    activation memory; every stage >= 1 layer (and <= max_layers[r] when given: the caller
+    checks that they admit a split, stage_layer_limits and memory_aware_split).
 
     1. The smallest T with sum_r cap_r(T) >= layers, cap_r(T) = the most layers stage r runs
        within T (n x layer_s + e_r <= T), by bisection over the candidate stage times.
@@ -205,9 +209,10 @@ def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int) -
         return (layers,)
     extra = stage_extras_s(terms, pp)
     if layer_s > 0.0:
-        caps = _time_caps(layer_s, extra, layers)
+        caps = _time_caps(layer_s, extra, layers, max_layers)
     else:
         caps = [layers - pp + 1] * pp
+        caps = caps if max_layers is None else [min(c, k) for c, k in zip(caps, max_layers)]
     flight = [min(pp - r, grad_accum) for r in range(pp)]
 
     def level(mem: int) -> list[int]:
@@ -230,8 +235,9 @@ def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int) -
     return tuple(counts)
 
 
-def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
-    """Per-stage layer caps at the smallest feasible slowest-stage time (balanced_split, step 1)."""
+def _time_caps(layer_s: float, extra: list[float], layers: int, max_layers: list[int] | None = None) -> list[int]:
+    """Per-stage layer caps at the smallest feasible slowest-stage time (balanced_split, step 1),
+    each at most max_layers[r] when given."""
     def cap(t: float, e: float) -> int:
         k = max(0, min(layers, int((t - e) // layer_s)))
         while k < layers and (k + 1) * layer_s + e <= t:
@@ -242,7 +248,13 @@ def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
 
     def caps(t: float) -> list[int]:
         by_e = {e: cap(t, e) for e in set(extra)}
+        if max_layers is not None:
+            return [min(by_e[e], k) for e, k in zip(extra, max_layers)]
         return [by_e[e] for e in extra]
+
+    if max_layers is not None:  # memory caps can push T anywhere: every stage time is a candidate
+        cands = sorted({n * layer_s + e for e in set(extra) for n in range(1, layers + 1)})
+        return caps(cands[_first(cands, caps, layers)])
 
     # The optimum T lies in [lo, hi], hi - lo <= layer_s: T >= the mean stage time and every
     # stage runs >= 1 layer; at T = max(mean + layer_s, layer_s + max e) the caps floor((T - e_r)
@@ -253,6 +265,12 @@ def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
     cands = sorted({n * layer_s + e for e in set(extra)
                     for n in range(max(1, int((lo - e) // layer_s) - 1),
                                    min(layers, int((hi - e) // layer_s) + 2) + 1)})
+    return caps(cands[_first(cands, caps, layers)])
+
+
+def _first(cands: list[float], caps, layers: int) -> int:
+    """Index of the smallest candidate time whose caps give every stage >= 1 layer and hold
+    all the layers (bisection: feasibility only grows with the time)."""
     lo, hi = 0, len(cands) - 1
     while lo < hi:
         mid = (lo + hi) // 2
@@ -261,7 +279,7 @@ def _time_caps(layer_s: float, extra: list[float], layers: int) -> list[int]:
             hi = mid
         else:
             lo = mid + 1
-    return caps(cands[lo])
+    return lo
 
 
 def chosen_split(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum: int,
@@ -274,6 +292,77 @@ def chosen_split(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum
         return balanced_split(terms, layers=layers, pp=pp, grad_accum=grad_accum)
     chunks = pp * vpp
     return (layers // chunks,) * chunks if layers % chunks == 0 else None
+
+
+def memory_aware_split(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum: int, uneven: bool,
+                       fits: Callable[[tuple[int, ...]], bool], limits: Callable[[], list[int]],
+                       fastest: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+    """The split a search assigns under per-stage memory: chosen_split when it fits
+    (fits(split): the busiest stage within the limit), else (vpp = 1, uneven) the fastest split
+    whose every stage fits, balanced_split under limits() (stage_layer_limits), else
+    chosen_split (nothing fits). Stage memory grows with its layers only, so a split fits iff
+    n_r <= limits()[r] for every stage; the slowest stage is minimized under those caps.
+    fastest: chosen_split's result when the caller already has it."""
+    split = fastest or chosen_split(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=grad_accum, uneven=uneven)
+    if split is None or vpp > 1 or not uneven or fits(split):
+        return split
+    caps = limits()
+    if min(caps) < 1 or sum(caps) < layers:
+        return split
+    return balanced_split(terms, layers=layers, pp=pp, grad_accum=grad_accum, max_layers=caps)
+
+
+def stage_layer_limits(ctx: CostContext, layout: LayoutSpec, grad_accum: int, limit_bytes: float,
+                       state=None, profile=None) -> list[int]:
+    """Per pipeline rank (vpp = 1), the most layers (0..L) for which that rank's memory
+    (stage_memory_terms, composed by compose_memory as split_memory_terms does) stays within
+    limit_bytes; 0 when not even one layer fits.
+
+    A rank's memory is affine in its layers n (model state and activations are linear in n;
+    stage_profile), a + b n: the cap is floor((limit - a) / b), checked with the exact
+    composition at the cap and one above whenever it lies within 1e-6 layers of a boundary.
+    state(params) -> model state per GPU (default stage_state); profile(n) -> stage_profile
+    of n layers on every rank (default stage_profile): both only for memoization.
+    """
+    lo, layers = layout, ctx.model.layers
+    kw = dict(tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
+    shared = dict(logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
+                  comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
+                                                   sp=lo.sequence_parallel, zero=lo.zero_stage,
+                                                   micro_batch=lo.micro_batch))
+    if profile is None:
+        def profile(n: int) -> list:
+            return stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
+                                 micro_batch=lo.micro_batch, pp=lo.pp, vpp=1, grad_accum=grad_accum,
+                                 split=(n,) * lo.pp)
+
+    def total(r: int, n: int) -> float:
+        st = profile(n)[r]
+        terms = stage_memory_terms(ctx, st, **kw, **shared, state=state(st[0]) if state else None)
+        return compose_memory(terms)["total"]
+
+    fixed = shared["comm_buffers"] + ctx.options.framework_overhead_bytes
+
+    def approx(st: tuple) -> float:  # compose_memory's total in its order, for the estimate only
+        s = state(st[0]) if state else stage_state(ctx, st[0], **kw)
+        return s.weights + s.gradients + s.optimizer + st[1] + (shared["logits"] if st[2] else 0.0) + fixed
+
+    out, seen = [], {}
+    for r in range(lo.pp):
+        sig = (profile(0)[r], profile(1)[r])  # ranks with equal profiles have equal limits
+        if sig not in seen:
+            a = approx(sig[0])
+            b = approx(sig[1]) - a
+            est = (limit_bytes - a) / b if b > 0 else float(layers)
+            k = max(0, min(layers, math.floor(est)))
+            if abs(est - round(est)) < 1e-6 or b <= 0:  # near a boundary: decide exactly
+                while k < layers and total(r, k + 1) <= limit_bytes:
+                    k += 1
+                while k > 0 and total(r, k) > limit_bytes:
+                    k -= 1
+            seen[sig] = k
+        out.append(seen[sig])
+    return out
 
 
 @dataclass(frozen=True)

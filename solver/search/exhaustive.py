@@ -32,16 +32,27 @@ def layout_key(layout: LayoutSpec) -> tuple:
 
 
 def with_search_split(ctx: Any, options: SearchOptions, layout: LayoutSpec) -> LayoutSpec:
-    """The layout with the pipeline split the search assigns it (solver.cost.step.chosen_split;
-    LayoutSpec.pipeline_layers), or unchanged without options.split_stages, for pp = 1, or
-    when the layers do not divide and uneven stages are not allowed. ctx: the CostContext."""
-    from solver.cost.step import chosen_split, time_terms
+    """The layout with the pipeline split the search assigns it (LayoutSpec.pipeline_layers):
+    the fastest split whose busiest stage fits memory (solver.cost.step.memory_aware_split),
+    or unchanged without options.split_stages, for pp = 1, or when the layers do not divide
+    and uneven stages are not allowed. ctx: the CostContext."""
+    from solver.cost.step import (
+        compose_memory, memory_aware_split, split_memory_terms, stage_layer_limits, time_terms,
+        usable_memory_bytes,
+    )
 
     if not options.split_stages or layout.pp == 1:
         return layout
     m = accumulation(ctx.training, layout.dp, layout.micro_batch)
-    split = chosen_split(time_terms(ctx, layout, m), layers=ctx.model.layers, pp=layout.pp,
-                         vpp=layout.vpp, grad_accum=m, uneven=options.allow_uneven_pipeline)
+    usable = usable_memory_bytes(ctx)
+
+    def fits(split: tuple[int, ...]) -> bool:
+        lo = layout.model_copy(update={"pipeline_layers": split})
+        return compose_memory(split_memory_terms(ctx, lo, m))["total"] <= usable
+
+    split = memory_aware_split(time_terms(ctx, layout, m), layers=ctx.model.layers, pp=layout.pp,
+                               vpp=layout.vpp, grad_accum=m, uneven=options.allow_uneven_pipeline,
+                               fits=fits, limits=lambda: stage_layer_limits(ctx, layout, m, usable))
     return layout.model_copy(update={"pipeline_layers": split})
 
 

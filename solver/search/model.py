@@ -63,6 +63,9 @@ class TermRows:
     pipe_memory: list[float]
     shard_memory: list[float]
     monotone_fit: bool = False  # fits(i, j) holds iff pipe_memory[i] <= a threshold of j
+    # Explicit pipeline split of each pipeline row (split_stages; None: busiest-rank model). A
+    # key may have several rows, one per split its layouts are assigned (per-stage memory).
+    pipe_splits: list | None = None
     _groups: dict | None = None
 
     def groups(self) -> dict[tuple, tuple[list[int], list[int], dict[int, list[int]]]]:

@@ -96,12 +96,14 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
 def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> list[float]:
     """Step times (s) of every fitting layout of the group (pipeline part + DP/optimizer part)."""
     tp, pp, cp, dp, sp, mb = g
-    m, spb = accum(dp, mb), bool(sp)
+    m = accum(dp, mb)
     out = []
     shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.values["zero_stage"]]
     for key in rows:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
-        pipe_s = t.row(tp, pp, cp, dp, vpp, mb, spb, rcn, m)[1]
-        out += [pipe_s + dp_s for shard, dp_s in shards if t.pair_memory(shard, vpp, rcn, m) <= usable]
+        for shard, dp_s in shards:
+            _, pipe_s, total = t.choice(shard, vpp, rcn, m)  # the split the search assigns the pair
+            if total <= usable:
+                out.append(pipe_s + dp_s)
     return out
 

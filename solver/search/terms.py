@@ -17,6 +17,7 @@ evaluator's own test. solver.search.model turns the two tables into the CP-SAT m
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -25,7 +26,8 @@ from solver.cost import terms as T
 from solver.cost.estimate import make_context
 from solver.cost.step import (
     MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
-    dominant_stages, stage_memory_terms, stage_profile, stage_state, usable_memory_bytes,
+    dominant_stages, memory_aware_split, stage_layer_limits, stage_memory_terms, stage_profile, stage_state,
+    usable_memory_bytes,
 )
 from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
@@ -33,6 +35,7 @@ from solver.search.model import TermRows
 from solver.search.prune import prune_keys
 from solver.search.rules import accumulation
 from solver.search.scaling import time_int
+from solver.specs import LayoutSpec
 
 STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
 
@@ -58,6 +61,16 @@ class _Terms:
         self.rest = lru_cache(maxsize=None)(
             lambda tp, pp, cp, dp, sp, zero, mb: self.memory_rest(tp, pp, cp, dp, bool(sp), zero, mb))
         self.pair_memory = lru_cache(maxsize=None)(self._pair_memory)
+        self.variant_memory = lru_cache(maxsize=None)(self._variant_memory)
+        self.choice = lru_cache(maxsize=None)(self._choice)
+        self.usable = usable_memory_bytes(ctx)
+        self.layer_act = lru_cache(maxsize=None)(
+            lambda tp, cp, sp, rc, mb: M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=rc,
+                                                                micro_batch=mb))
+        self.uniform_profile = lru_cache(maxsize=None)(
+            lambda tp, cp, sp, rc, mb, pp, m, n: stage_profile(
+                ctx, tp=tp, cp=cp, sp=bool(sp), recompute=rc, micro_batch=mb, pp=pp, vpp=1, grad_accum=m,
+                split=(n,) * pp))
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
         kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
@@ -120,6 +133,62 @@ class _Terms:
         _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
+    def _variant_memory(self, shard: tuple, vpp: int, rc: str, m: int, split: tuple[int, ...]) -> float:
+        """Memory per GPU of the layout of a shard row with pipeline fields vpp, rc and `split`."""
+        tp, pp, cp, dp, sp, zero, mb = shard
+        act, prof = self.act(tp, cp, bool(sp), rc, mb, pp, vpp, m, split)
+        return self.pair_total(shard, self.rest(*shard), act, prof)
+
+    def _choice(self, shard: tuple, vpp: int, rc: str, m: int) -> tuple:
+        """(split, pipeline seconds, memory bytes per GPU) of the layout of a shard row with
+        pipeline fields vpp and rc: the row's split when it fits, else the fastest split whose
+        every stage fits (step.memory_aware_split, the evaluator's rule)."""
+        tp, pp, cp, dp, sp, zero, mb = shard
+        split0, pipe0, _, _ = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
+        total0 = self.pair_memory(shard, vpp, rc, m)
+        if split0 is None or total0 <= self.usable or vpp > 1 or not self.split_uneven:
+            return split0, pipe0, total0  # fits, or the split is the only one (even chunks)
+        if self._no_split_fits(shard, rc, m):
+            return split0, pipe0, total0
+        layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=bool(sp), zero_stage=zero,
+                            micro_batch=mb, recompute=rc)
+        split = memory_aware_split(
+            self.time_terms(tp, pp, cp, dp, vpp, mb, bool(sp), rc), layers=self.ctx.model.layers, pp=pp,
+            vpp=vpp, grad_accum=m, uneven=self.split_uneven, fits=lambda s: False, fastest=split0,
+            limits=lambda: stage_layer_limits(self.ctx, layout, m, self.usable,
+                                              state=lambda p: self.stage_state(p, tp, pp, dp, cp, zero),
+                                              profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n)))
+        if split == split0:
+            return split0, pipe0, total0
+        return (split, self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m, split),
+                self.variant_memory(shard, vpp, rc, m, split))
+
+    def _no_split_fits(self, shard: tuple, rc: str, m: int) -> bool:
+        """A shortcut (vpp = 1): True only when no split of the layers fits memory, so that the
+        exact per-stage limits (step.stage_layer_limits) run only near the memory limit.
+
+        Rank r with n layers needs at least a_r + b_r n bytes (stage_profile, stage_state: model
+        state linear in its parameters, k bytes each; activations per_layer x n x min(pp - r, m);
+        the embedding's stored values and full recompute's extra layer left out), so it holds at
+        most (limit - a_r) / b_r layers; one more layer of slack per rank covers float rounding.
+        """
+        tp, pp, cp, dp, sp, zero, mb = shard
+        pc, layers = self.ctx.params, self.ctx.model.layers
+        st = self.stage_state(1, tp, pp, dp, cp, zero)
+        k = st.weights + st.gradients + st.optimizer
+        _, _, _, logits, comm, overhead = self.rest(*shard)
+        act = self.layer_act(tp, cp, bool(sp), rc, mb)
+        room = self.usable * (1 + 1e-9) - comm - overhead
+        held = 0
+        for r in range(pp):
+            fixed = ((pc.embedding + pc.position_embedding) * k if r == 0 else 0.0) + (
+                (pc.final_norm + pc.lm_head) * k + logits if r == pp - 1 else 0.0)
+            cap = (room - fixed) / (k * pc.per_layer + act * min(pp - r, m)) + 1.0
+            if cap < 1.0:
+                return True
+            held += min(layers, math.floor(cap))
+        return held < layers
+
     def pair_total(self, shard: tuple, rest: tuple[float, ...], act: float, prof: list | None) -> float:
         """Memory per GPU of a (pipeline row, shard row) pair: compose_memory's total, or with
         a split the busiest stage's (step.stage_memory_terms, as step.split_memory_terms)."""
@@ -177,12 +246,12 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     all_keys = list(lm.pipeline_rows())
     if prune and with_time:
         all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
-    keys, pipe, act = [], [], []
+    keys, splits, pipe, act = [], [], [], []
     for key in all_keys:
         tp, pp, cp, dp, vpp, mb, sp, rc = key
-        m = accum_of(dp, mb)
-        split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], m)
+        split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
         keys.append(key)
+        splits.append(split)
         pipe.append(time_int(pipe_s) if with_time else 0)
         act.append(a)
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
@@ -191,13 +260,51 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
                    for tp, pp, cp, dp, sp, z, mb in shards]
     rest = [t.rest(*shard) for shard in shards]
     usable = usable_memory_bytes(ctx)
+    if t.split_uneven:
+        _add_memory_variants(t, keys, splits, pipe, act, shards, accum, with_time)
+
+    def choice(i: int, j: int) -> tuple:
+        tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
+        return t.choice(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)])
 
     def memory(i: int, j: int) -> float:
+        split, _, total = choice(i, j)
+        if split == splits[i]:
+            return total
         tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
-        return t.pair_memory(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)])
+        return t.variant_memory(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)], splits[i])
+
+    def fits(i: int, j: int) -> bool:
+        """The pair's layout fits and row i carries the split the search assigns it."""
+        split, _, total = choice(i, j)
+        return split == splits[i] and total <= usable
 
     # Without splits memory_total is a float sum in which the activation bytes enter once, so
     # it never decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
-    return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS,
-                    lambda i, j: memory(i, j) <= usable, memory, act, [sum(r) for r in rest],
-                    monotone_fit=t.split_uneven is None)
+    return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS, fits, memory, act, [sum(r) for r in rest],
+                    monotone_fit=t.split_uneven is None, pipe_splits=splits)
+
+
+def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: list, shards: list,
+                         accum: dict, with_time: bool) -> None:
+    """One more pipeline row per (key, split) that some shard row of its group gets instead of
+    the key's fastest split because that one does not fit (step.memory_aware_split); the
+    pair fits only on the row whose split its layout is assigned (TermRows.fits)."""
+    by_group: dict[tuple, list[tuple]] = {}
+    for shard in shards:
+        tp, pp, cp, dp, sp, zero, mb = shard
+        by_group.setdefault((tp, pp, cp, dp, sp, mb), []).append(shard)
+    seen = set(zip(keys, splits))
+    for key, split0 in list(zip(keys, splits)):
+        tp, pp, cp, dp, vpp, mb, sp, rc = key
+        if split0 is None or vpp > 1:
+            continue
+        rcn, m = RECOMPUTE_NAMES[rc], accum[(dp, mb)]
+        for shard in by_group[(tp, pp, cp, dp, sp, mb)]:
+            split, pipe_s, _ = t.choice(shard, vpp, rcn, m)
+            if (key, split) not in seen:
+                seen.add((key, split))
+                keys.append(key)
+                splits.append(split)
+                pipe.append(time_int(pipe_s) if with_time else 0)
+                act.append(t.act(tp, cp, bool(sp), rcn, mb, pp, vpp, m, split)[0])
