@@ -27,9 +27,9 @@ def add_parser(subparsers) -> None:
                    help="allowed relative miss of the global batch (default 0: exact)")
     p.add_argument("--allow-tp-outside-node", action="store_true", help="TP may span nodes")
     p.add_argument("--gpus", type=int, default=None, help="use exactly this many GPUs (default: all)")
-    p.add_argument("--split-stages", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--split-stages", action=argparse.BooleanOptionalAction, default=False,
                    help="choose layers per pipeline stage (lighter first/last stages), reported "
-                        "(default; --no-split-stages charges every stage as the busiest rank)")
+                        "(default off: every stage is charged as the busiest rank)")
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 

@@ -46,12 +46,13 @@ class SearchOptions(StrictModel):
     allow_uneven_pipeline: bool = Field(
         default=True, description="Pipeline stages may hold different numbers of layers.")
     split_stages: bool = Field(
-        default=True,
-        description="Charge every pipeline stage separately and give each layout the split "
-                    "that minimizes its slowest stage (the first stage also runs the embedding, "
-                    "the last the LM head and loss; uneven when allow_uneven_pipeline, as in "
-                    "Llama 3), reported as pipeline_layers. False: every stage charged as the "
-                    "busiest rank.")
+        default=False,
+        description="Charge every pipeline stage separately and give each layout the fastest "
+                    "split whose every stage fits memory (the first stage also runs the "
+                    "embedding, the last the LM head and loss; uneven when "
+                    "allow_uneven_pipeline, as in Llama 3), reported as pipeline_layers. Off by "
+                    "default (every stage charged as the busiest rank): it about triples the "
+                    "seed search latency (0.12 -> 0.49 s warm).")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")

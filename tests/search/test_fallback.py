@@ -84,9 +84,9 @@ def test_cli_takes_gpus_and_split_stages(capsys):
     assert best["pp"] == 1 or sum(best["pipeline_layers"]) == 80
 
 
-def test_cli_splits_stages_by_default_and_can_turn_it_off(capsys):
-    """split_stages is the default (SearchOptions and the CLI); --no-split-stages restores the
-    busiest-rank model, whose layouts carry no explicit split."""
+def test_cli_split_stages_is_opt_in(capsys):
+    """split_stages is off by default (SearchOptions and the CLI, for latency); --split-stages
+    charges each stage separately and the layouts carry their split."""
     import json
 
     from service.cli import main
@@ -94,9 +94,9 @@ def test_cli_splits_stages_by_default_and_can_turn_it_off(capsys):
     base = ["search", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b", "--top", "2",
             "--format", "json"]
     got = {}
-    for flag in ([], ["--no-split-stages"]):
+    for flag in ([], ["--split-stages"]):
         assert main(base + flag) == 0
         got[bool(flag)] = json.loads(capsys.readouterr().out)["layouts"]
     assert all(d["pp"] > 1 for d in got[False] + got[True])  # the seed's best layouts are pipelined
-    assert all(sum(d["pipeline_layers"]) == 80 for d in got[False])
-    assert all(d["pipeline_layers"] is None for d in got[True])
+    assert all(sum(d["pipeline_layers"]) == 80 for d in got[True])
+    assert all(d["pipeline_layers"] is None for d in got[False])

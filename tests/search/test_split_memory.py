@@ -20,7 +20,7 @@ from solver.search.terms import term_rows
 from solver.specs import LayoutSpec
 from tests.search.problems import binding_cluster, tiny_model, tiny_training
 
-OPTIONS = SearchOptions(max_micro_batch=2, max_vpp=1, max_cp=1)
+OPTIONS = SearchOptions(max_micro_batch=2, max_vpp=1, max_cp=1, split_stages=True)
 
 
 def problem(share=0.5):
@@ -101,7 +101,7 @@ def test_seed_layout_takes_a_slower_split_that_fits(seed_model, seed_cluster, se
     layout = LayoutSpec(tp=8, pp=8, dp=4, cp=2, zero_stage=2, micro_batch=4)
     ctx = make_context(seed_model, seed_cluster, seed_training)
     fast = estimate_with_context(ctx, layout.model_copy(update={"pipeline_layers": fastest_split(ctx, layout)}))
-    got = evaluate(seed_model, seed_cluster, seed_training, SearchOptions(), layout)
+    got = evaluate(seed_model, seed_cluster, seed_training, SearchOptions(split_stages=True), layout)
     assert not fast.fits and got is not None and got.estimate.fits
     split = got.layout.pipeline_layers
     assert sum(split) == 80 and split[0] < split[-2]  # lighter early stages

@@ -2,7 +2,7 @@
 
 Step time: pipeline units + shard units is within the tables' rounding bound (1 us) of
 estimate_layout's step_time_s; memory: the same total and the same `fits` verdict. Each
-layout is evaluated with the pipeline split the search assigns it (default split_stages;
+layout is evaluated with the pipeline split the search assigns it (split_stages on;
 solver.search.exhaustive.with_search_split), or without one when split_stages is off.
 """
 import random
@@ -42,12 +42,14 @@ def check_pairs(model, cluster, training, samples=150, seed=0, options=None):
 
 
 def test_seed_tables_match_the_cost_model(seed_model, seed_cluster, seed_training):
-    assert check_pairs(seed_model, seed_cluster, seed_training) == {True, False}
+    """split_stages on: every layout evaluated with the split the search assigns it."""
+    options = SearchOptions(split_stages=True)
+    assert check_pairs(seed_model, seed_cluster, seed_training, options=options) == {True, False}
 
 
 def test_busiest_rank_tables_match_the_cost_model(seed_model, seed_cluster, seed_training):
-    """split_stages off: every stage charged as the busiest rank, no split on the layouts."""
-    options = SearchOptions(split_stages=False)
+    """split_stages off (the default): every stage charged as the busiest rank, no split."""
+    options = SearchOptions()
     assert check_pairs(seed_model, seed_cluster, seed_training, options=options) == {True, False}
 
 
