@@ -22,7 +22,7 @@ class ModelSpec(StrictModel):
     """A dense decoder-only transformer."""
 
     name: str = Field(default="model", min_length=1, max_length=200, description="Model name.")
-    layers: int = Field(ge=1, le=10_000, description="Transformer layers (L).")
+    layers: int = Field(ge=1, le=1_024, description="Transformer layers (L); published dense models use <= ~200.")
     hidden: int = Field(ge=1, le=1_000_000, description="Model width (D, hidden_size).")
     ffn_hidden: int = Field(ge=1, le=10_000_000, description="Feed-forward inner width (F).")
     ffn_gated: bool = Field(description="Gated FFN (SwiGLU: 3 matrices) instead of 2 matrices.")

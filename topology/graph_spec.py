@@ -52,7 +52,7 @@ class FatTreeTopology(StrictModel):
         default=1.0, ge=1.0, le=64.0,
         description="Leaf downlink : uplink capacity ratio (2.0 means 2:1 oversubscribed).")
     nics_per_node: int = Field(ge=1, le=64, description="Scale-out NICs per node (GPUs share them evenly).")
-    nic_gb_s: float = Field(gt=0, le=10_000, description="Effective per-direction bandwidth of one NIC, GB/s.")
+    nic_gb_s: float = Field(ge=0.01, le=10_000, description="Effective per-direction bandwidth of one NIC, GB/s.")
     spines: int = Field(default=4, ge=1, le=4096, description="Spine switches; traffic is spread evenly (ECMP).")
     nic_latency_us: float = Field(
         default=5.0, ge=0, le=1_000,
@@ -79,7 +79,7 @@ class VertexSpec(StrictModel):
 class EdgeSpec(StrictModel):
     a: str = Field(min_length=1, description="One end (vertex id).")
     b: str = Field(min_length=1, description="Other end (vertex id).")
-    bandwidth_gb_s: float = Field(gt=0, le=1_000_000, description="Per-direction capacity, GB/s.")
+    bandwidth_gb_s: float = Field(ge=0.01, le=1_000_000, description="Per-direction capacity, GB/s.")
     latency_us: float = Field(ge=0, le=1_000_000, description="One-way latency of this hop, microseconds.")
     kind: Literal["nvlink", "pcie", "network"] = Field(default="network", description="Link technology.")
 

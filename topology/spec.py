@@ -21,9 +21,9 @@ class StrictModel(BaseModel):
 
 class GpuSpec(StrictModel):
     name: str = Field(min_length=1, max_length=100, description="GPU model name, e.g. 'h100-sxm-80gb'.")
-    memory_gb: float = Field(gt=0, le=10_000, description="HBM capacity per GPU in GB (1e9 bytes).")
-    peak_tflops: float = Field(gt=0, le=100_000, description="Dense BF16 peak, TFLOP/s per GPU.")
-    hbm_gb_s: float = Field(gt=0, le=1_000_000, description="HBM bandwidth per GPU, GB/s.")
+    memory_gb: float = Field(ge=0.1, le=10_000, description="HBM capacity per GPU in GB (1e9 bytes).")
+    peak_tflops: float = Field(ge=0.1, le=100_000, description="Dense BF16 peak, TFLOP/s per GPU.")
+    hbm_gb_s: float = Field(ge=1, le=1_000_000, description="HBM bandwidth per GPU, GB/s.")
 
     @property
     def memory_bytes(self) -> float:
@@ -37,7 +37,7 @@ class GpuSpec(StrictModel):
 
 class LinkSpec(StrictModel):
     bandwidth_gb_s: float = Field(
-        gt=0, le=100_000,
+        ge=0.01, le=100_000,
         description="Effective per-GPU bandwidth for large collectives (nccl-tests busbw), GB/s.",
     )
     latency_us: float = Field(ge=0, le=1_000_000, description="Per-message latency, microseconds.")

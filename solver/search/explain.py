@@ -28,6 +28,9 @@ from topology.spec import ClusterSpec
 MORE_GPUS_FACTOR = 64
 # Shortest sequence the "shorter sequence" fix tries.
 MIN_SEQ_LEN = 256
+# Time budget of the fix search when nothing fits: at least this long, or the request's
+# time limit; the fixes not reached by then are listed under not_tried_time_limit.
+EXPLAIN_MIN_S = 20.0
 STRUCTURAL_RELAXATIONS = {
     "gpus": {"allow_fewer_gpus": True},
     "batch": {"batch_tolerance": 0.25},
@@ -144,7 +147,7 @@ def fix_more_gpus(model, cluster, training, options, cost_options=None) -> dict[
     """The fewest GPUs (same GPU and nodes, up to MORE_GPUS_FACTOR x) with a fitting layout."""
     nodes = min(cluster.nodes * MORE_GPUS_FACTOR, 10_000_000 // cluster.gpus_per_node)
     bigger = cluster.model_copy(update={"nodes": nodes, "unavailable_nodes": ()})
-    opts = options.model_copy(update={"allow_fewer_gpus": True})
+    opts = options.model_copy(update={"allow_fewer_gpus": True, "gpus": None})
     best = fitting_layout(model, bigger, training, opts, cost_options, fewest_gpus=True)
     if best is None:
         return None
@@ -213,14 +216,21 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
              "more_gpus": lambda: fix_more_gpus(*args),
              "shorter_sequence": lambda: fix_shorter_sequence(*args),
              "bigger_gpu": lambda: fix_bigger_gpu(*args)}
-    fixes, none_found = [], []
+    fixes, none_found, not_tried = [], [], []
+    deadline = time.perf_counter() + max(options.time_limit_s, EXPLAIN_MIN_S)
     for kind, attempt in tried.items():
         if kind.startswith("allow_") and _already_allowed(options, kind):
             continue
+        if time.perf_counter() > deadline:  # the explanation has a time budget too
+            not_tried.append(kind)
+            continue
         found = attempt()
         (fixes.append(found) if found is not None else none_found.append(kind))
-    return {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes,
-            "no_fix_found": none_found}
+    out = {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes,
+           "no_fix_found": none_found}
+    if not_tried:
+        out["not_tried_time_limit"] = not_tried
+    return out
 
 
 def _deadline(model, cluster, training, options: SearchOptions, cost_options) -> dict[str, Any]:

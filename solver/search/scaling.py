@@ -20,19 +20,35 @@ MEMORY_UNIT_BYTES = 1e3
 MAX_SCALED = 2**31
 
 
+# Scaled magnitudes beyond this cannot be CP-SAT coefficients (int64, with room for sums).
+MAX_SOLVER_INT = 2**53
+
+
+def _checked(units: float) -> float:
+    """Raise a PlannerError (not an overflow) when an input is so extreme that a predicted
+    time or memory falls outside the solver's integer range."""
+    if not abs(units) < MAX_SOLVER_INT:  # also catches inf and nan
+        from solver.errors import PlannerError
+
+        raise PlannerError(f"a predicted step time or memory ({units:.3g} solver units) is beyond the "
+                           "solver's range: check the model and GPU sizes (e.g. gpu.peak_tflops, "
+                           "link bandwidths) for absurd values")
+    return units
+
+
 def to_int(value: float, unit: float) -> int:
-    """Nearest integer number of `unit`s (error <= unit / 2)."""
-    return int(round(value / unit))
+    """Nearest integer number of `unit`s (error <= unit / 2). Raises: PlannerError when out of range."""
+    return int(round(_checked(value / unit)))
 
 
 def floor_int(value: float, unit: float) -> int:
     """Largest integer number of `unit`s not above `value` (value - unit < result * unit <= value)."""
-    return int(math.floor(value / unit))
+    return int(math.floor(_checked(value / unit)))
 
 
 def ceil_int(value: float, unit: float) -> int:
     """Smallest integer number of `unit`s not below `value`."""
-    return int(math.ceil(value / unit))
+    return int(math.ceil(_checked(value / unit)))
 
 
 def resolution(unit: float) -> float:
