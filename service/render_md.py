@@ -121,10 +121,14 @@ def _versus(plan: dict[str, Any]) -> list[str]:
             + f" of {c['fitting_layouts']:,} fitting layouts") if "rank_min" in c else "does not fit"
     why = ", ".join(f"{w['component']} {w['seconds']:+.2f} s" for w in c["why"])
     m = c["memory_per_gpu_bytes"]
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in c["time_breakdown_s"].items() if v >= 0.005)
+    spare = (f"; {_gb(c['memory_headroom_bytes'])} to spare after reserving "
+             f"{c['memory_margin_reserved_fraction']:.0%} of memory as margin") if "memory_headroom_bytes" in c else ""
     out = ["", f"**The ladder's choice ({_lay(c['layout'])})** {rank}: {c['step_time_s']:.2f} s per "
             f"step, MFU {c['mfu']:.1%}, {c['slower_than_best']:+.1%} against the best; "
             f"{_gb(m['total'])} per GPU ({_gb(m['activations'])} activations) — "
-            f"{'fits' if c['fits'] else 'does not fit'}. Where it loses or gains per step: {why}."]
+            f"{'fits' if c['fits'] else 'does not fit'}{spare}. Time per step: {parts}. "
+            f"Where it loses or gains against the best: {why}."]
     cc = c.get("communication")
     if cc:
         out.append(f"Its DP gradient-sync ring lower bound: 2 ({cc['dp_ranks']}-1)/{cc['dp_ranks']} x "

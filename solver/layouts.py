@@ -77,7 +77,9 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
                            "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
                            "time_breakdown_s": dict(est.time_breakdown_s),
                            "slower_than_best": est.step_time_s / best["step_time_s"] - 1.0,
-                           "why": slower_because(est.time_breakdown_s, best["time_breakdown_s"])}
+                           "why": slower_because(est.time_breakdown_s, best["time_breakdown_s"]),
+                           "memory_headroom_bytes": est.memory_margin.headroom_bytes,
+                           "memory_margin_reserved_fraction": est.memory_margin.margin_fraction_reserved}
     if est.fits:
         rank = layout_rank(model, cluster, training, layout)
         out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
