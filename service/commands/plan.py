@@ -11,11 +11,16 @@ from solver.presets import load_model, load_training, preset_names
 from topology.catalog import load_cluster
 
 
+# The training recipe `plan` assumes when none is given (reference/seed-70b-plan.md).
+DEFAULT_TRAINING = "seed-300b"
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help="the whole plan for a model on a cluster")
     p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
-    p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch)")
+    p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch); "
+                                      f"default: the seed recipe '{DEFAULT_TRAINING}', stated in the plan")
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
     p.set_defaults(run=run)
 
@@ -31,6 +36,11 @@ def require_training(arg: str | None):
 
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    plan = build_plan(model, cluster, require_training(args.training))
+    plan = build_plan(model, cluster, require_training(args.training or DEFAULT_TRAINING))
+    if args.training is None:
+        t = plan["inputs"]["training"]
+        plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "
+                                      f"({t['tokens']:.3g} tokens, seq_len {t['seq_len']}, "
+                                      f"{t['global_batch_tokens']:,} tokens per step) was assumed")
     emit(plan, args.format, render_plan)
     return 0

@@ -39,10 +39,14 @@ def test_plan_markdown_has_the_seed_sections(capsys):
         assert text in out, text
 
 
-def test_plan_without_training_says_what_to_give(capsys):
-    code, out, err = run(capsys, ["plan", "--model", "seed-70b", "--cluster", "seed-512"])
-    assert code == 2 and out == ""
-    assert err.startswith("error: training: required") and "seed-300b" in err
+def test_plan_without_training_assumes_the_seed_recipe_and_says_so(capsys):
+    """`plan --model M --cluster C` (issue 2: --training is optional) uses seed-300b and
+    states it first among the assumptions (`estimate` still requires it: test below)."""
+    code, out, err = run(capsys, ["plan", "--model", "seed-70b", "--cluster", "seed-512", "--format", "json"])
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["assumptions"][0].startswith("training not given: the seed recipe 'seed-300b'")
+    assert plan["batch"]["steps"] == 71_526  # ceil(300e9 / 4,194,304), the seed recipe
 
 
 def test_unknown_preset_lists_known_ones(capsys):
