@@ -24,8 +24,9 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
                      options: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(search summary, ranked layouts best first) from the CP-SAT search.
 
-    Each layout carries the layout fields, step_time_s, mfu, fits, its full estimate
-    (time_breakdown_s, memory_per_gpu_bytes by component) and memory_free_bytes. Without
+    Each layout carries the layout fields, step_time_s, mfu, hfu, tokens_per_s, fits,
+    time_breakdown_s, memory_per_gpu_bytes by component and memory_free_bytes (the search's
+    own cost-model estimates; nothing is evaluated twice). Without
     options, clusters with an explicit topology are searched under both rank orders.
     Raises: InfeasibleError (with the solver's explanation and smallest fix).
     """
@@ -36,13 +37,7 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         # On an explicit fabric (fat tree, NVLink domains) placement changes group
         # bandwidths: search both Megatron rank orders, each exactly.
         options = {"rank_orders": list(RankOrder.__args__)}
-    summary, layouts = plan_layouts(model, cluster, training, options)
-    for d in layouts:
-        est = estimate_layout(model, cluster, training, LayoutSpec(**_fields(d)))
-        d["hfu"], d["tokens_per_s"] = est.hfu, est.tokens_per_s
-        d["time_breakdown_s"] = dict(est.time_breakdown_s)
-        d["memory_headroom_bytes"] = est.memory_margin.headroom_bytes
-    return summary, layouts
+    return plan_layouts(model, cluster, training, options)
 
 
 def _fields(d: dict[str, Any]) -> dict[str, Any]:

@@ -181,8 +181,9 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """The layout section for solver.plan.build_plan(rank_layouts=plan_layouts).
 
     Returns (search summary, layouts best first); each layout dict carries the layout
-    fields, gpus, step_time_s, mfu, fits, memory_per_gpu_bytes (by component, with
-    model_state and total) and memory_free_bytes (capacity minus the predicted total).
+    fields, gpus, step_time_s, mfu, hfu, tokens_per_s, fits, time_breakdown_s,
+    memory_per_gpu_bytes (by component, with model_state and total), memory_headroom_bytes
+    (usable minus total) and memory_free_bytes (capacity minus the predicted total).
     Raises: InfeasibleError (with the explanation) when nothing fits.
     """
     res = search_layouts(model, cluster, training, options)
@@ -191,6 +192,9 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         d = r.as_dict()
         d.pop("estimate")
         d["memory_per_gpu_bytes"] = dict(r.estimate.memory_per_gpu_bytes)
+        d["hfu"], d["tokens_per_s"] = r.estimate.hfu, r.estimate.tokens_per_s
+        d["time_breakdown_s"] = dict(r.estimate.time_breakdown_s)
+        d["memory_headroom_bytes"] = r.estimate.memory_margin.headroom_bytes
         d["memory_free_bytes"] = cluster.gpu.memory_bytes - d["memory_per_gpu_bytes"]["total"]
         layouts.append(d)
     summary = {"method": "CP-SAT search, exact for the cost model", **res.as_dict()["search"]}
