@@ -202,13 +202,15 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
 
 def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout,
-                options: SearchOptions | dict | None = None, cost_options: Any = None) -> dict:
+                options: SearchOptions | dict | None = None, cost_options: Any = None,
+                best_step_time_s: float | None = None) -> dict:
     """Where one layout (e.g. the seed's TP8 + ZeRO-1) ranks among all fitting layouts.
 
     Counts the fitting layouts whose tabulated step-time objective is below the layout's
     (exact within the tables' 1 us rounding: `rank` is a range when layouts lie within it).
     Returns rank_min/rank_max (1 = best), fitting layout count, its estimate and the gap to
-    the best layout. Raises: SpecError when the layout does not fit the model or cluster.
+    the best layout; a caller that already searched passes `best_step_time_s` and saves a
+    second search. Raises: SpecError when the layout does not fit the model or cluster.
     """
     from solver.cost.estimate import estimate_layout
 
@@ -226,9 +228,10 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
                 fitting += 1
                 below += v < mine - err
                 near += mine - err <= v <= mine + err
-    best = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
-                          cost_options=cost_options).layouts[0]
+    if best_step_time_s is None:
+        best_step_time_s = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
+                                          cost_options=cost_options).layouts[0].estimate.step_time_s
     return {"rank_min": below + 1, "rank_max": below + max(near, 1), "fitting_layouts": fitting,
             "fits": est.fits, "step_time_s": est.step_time_s, "mfu": est.mfu,
-            "best_step_time_s": best.estimate.step_time_s,
-            "slower_than_best": est.step_time_s / best.estimate.step_time_s - 1.0}
+            "best_step_time_s": best_step_time_s,
+            "slower_than_best": est.step_time_s / best_step_time_s - 1.0}
