@@ -61,11 +61,16 @@ def build_flat(c: ClusterSpec) -> nx.DiGraph:
     return build_nvlink_domain(c, NvlinkDomainTopology(kind="nvlink_domain", nodes_per_domain=1))
 
 
+def _check_tiles(c: ClusterSpec, field: str, per: int) -> None:
+    """Raises SpecError unless groups of `per` nodes (cluster.topology.<field>) tile the nodes."""
+    if c.nodes % per:
+        raise SpecError(f"cluster.topology.{field} must divide nodes", [Problem(
+            f"cluster.topology.{field}", f"{per} does not divide {c.nodes} nodes")])
+
+
 def check_nvlink_domain(c: ClusterSpec, t: NvlinkDomainTopology) -> None:
     """Raises SpecError unless the domains tile the nodes."""
-    if c.nodes % t.nodes_per_domain:
-        raise SpecError("cluster.topology.nodes_per_domain must divide nodes", [Problem(
-            "cluster.topology.nodes_per_domain", f"{t.nodes_per_domain} does not divide {c.nodes} nodes")])
+    _check_tiles(c, "nodes_per_domain", t.nodes_per_domain)
 
 
 def build_nvlink_domain(c: ClusterSpec, t: NvlinkDomainTopology) -> nx.DiGraph:
@@ -100,9 +105,7 @@ def _spines(g: nx.DiGraph, t: FatTreeTopology, leaves: list[str], downlink_gb_s:
 
 
 def _check_leaves(c: ClusterSpec, t: FatTreeTopology) -> None:
-    if c.nodes % t.nodes_per_leaf:
-        raise SpecError("cluster.topology.nodes_per_leaf must divide nodes", [Problem(
-            "cluster.topology.nodes_per_leaf", f"{t.nodes_per_leaf} does not divide {c.nodes} nodes")])
+    _check_tiles(c, "nodes_per_leaf", t.nodes_per_leaf)
 
 
 def build_fat_tree(c: ClusterSpec, t: FatTreeTopology) -> nx.DiGraph:
