@@ -146,3 +146,15 @@ def load_specs(**args: Any) -> dict[str, Any]:
     if problems:
         raise SpecError("; ".join(map(str, problems)), problems)
     return out
+
+
+def search_inputs(body: Any, settings: Settings) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """What a search route needs from its body: (model, cluster, training, search options,
+    applied limits), each validated; the cluster checked against the server's size cap.
+    Raises: SpecError (-> 422)."""
+    from service.routers import solving
+
+    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
+    check_cluster_size(specs["cluster"], settings)
+    options, limits = solving.search_options(body.options, settings)
+    return specs["model"], specs["cluster"], specs["training"], options, limits

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from service.launchers import launchers, rank_placement
 from service.routers import solving
-from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
+from service.routers.common import app_settings, require_token, search_inputs
 from service.routers.errors import jsonable
 from service.routers.schemas import LayoutsIn, error_responses
 from service.settings import Settings
@@ -32,10 +32,7 @@ def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, 
              responses=error_responses(401, 413, 422, 503))
 def post_layouts(body: LayoutsIn, request: Request,
                  settings: Settings = Depends(app_settings)) -> JSONResponse:
-    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
-    model, cluster, training = specs["model"], specs["cluster"], specs["training"]
-    check_cluster_size(cluster, settings)
-    options, limits = solving.search_options(body.options, settings)
+    model, cluster, training, options, limits = search_inputs(body, settings)
     with request.app.state.slots.hold():
         result = solving.run_search(model, cluster, training, options)
         result["layouts"] = [_with_exports(e, model, cluster, training)

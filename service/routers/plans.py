@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from service.report_html import render_report
 from service.routers import solving
 from service.routers.common import (
-    app_settings, app_store, check_cluster_size, load_specs, require_token,
+    app_settings, app_store, require_token, search_inputs,
 )
 from service.routers.errors import jsonable
 from service.routers.schemas import PlanIn, error_responses
@@ -35,10 +35,7 @@ def _body(stored: StoredPlan, limits: dict | None = None) -> dict:
              summary="Plan a run: the full plan of `trainplan plan` plus an id; stored")
 def create_plan(body: PlanIn, request: Request, settings: Settings = Depends(app_settings),
                 store: PlanStore = Depends(app_store)) -> JSONResponse:
-    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
-    model, cluster, training = specs["model"], specs["cluster"], specs["training"]
-    check_cluster_size(cluster, settings)
-    options, limits = solving.search_options(body.options, settings)
+    model, cluster, training, options, limits = search_inputs(body, settings)
     with request.app.state.slots.hold():
         plan = jsonable(solving.run_plan(model, cluster, training, options))
         report = jsonable(solving.report_data(plan, model, cluster, training))
