@@ -132,21 +132,33 @@ def _fig(share: Share | None, fallback: tuple[float, float]) -> tuple[float, flo
     return fallback if share is None else (share.bandwidth_gb_s, share.latency_ps / PS)
 
 
-def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> GroupLink:
+def _assembled_link(cluster: ClusterSpec, p: Placement, kind: GroupKind,
+                    share: Callable[[list], Share | None],
+                    alltoall: Callable[[list], Share | None]) -> GroupLink:
+    """A kind's GroupLink from a router: `share(phase)` gives the concurrent share of one
+    phase's flows (ring, in-domain, cross-domain), `alltoall(groups)` the all-to-all share
+    (None where too many flows to route). Size-1 groups get the in-node figures."""
     size, stride = p.dims[kind], _stride(p, kind)
     base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
     if size == 1:
         return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
     groups = p.groups(kind)
     ring, intra, inter, k, spans = _phases(p, groups)
-    ring_f = _fig(concurrent_share(fabric, ring), base)
-    intra_f = _fig(concurrent_share(fabric, intra), ring_f)
-    inter_f = _fig(concurrent_share(fabric, inter), ring_f)
-    a2a_f: tuple[float | None, float | None] = (None, None)
-    if isinstance(fabric, FlatFabric) or len(p.slots) * (size - 1) <= A2A_FLOW_LIMIT:
-        share = alltoall_share(fabric, [[p.slots[r].vertex for r in g] for g in groups])
-        a2a_f = (share.bandwidth_gb_s * (size - 1), share.latency_ps / PS)
+    ring_f = _fig(share(ring), base)
+    intra_f = _fig(share(intra), ring_f)
+    inter_f = _fig(share(inter), ring_f)
+    a2a = alltoall(groups)
+    a2a_f = (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
     return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+
+
+def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> GroupLink:
+    def alltoall(groups: list) -> Share | None:
+        if not (isinstance(fabric, FlatFabric) or len(p.slots) * (p.dims[kind] - 1) <= A2A_FLOW_LIMIT):
+            return None
+        return alltoall_share(fabric, [[p.slots[r].vertex for r in g] for g in groups])
+
+    return _assembled_link(cluster, p, kind, lambda phase: concurrent_share(fabric, phase), alltoall)
 
 
 def _stride(p: Placement, kind: str) -> int:
@@ -390,12 +402,6 @@ def _unit_names(cluster: ClusterSpec) -> dict[str, tuple[int, str]]:
 def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> GroupLink:
     """_kind_link on a fat tree with down nodes (no repeating pattern): every unit's own
     flows are routed on the unit pair, O(ranks) work but no full-size graph."""
-    size, stride = p.dims[kind], _stride(p, kind)
-    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
-    if size == 1:
-        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
-    groups = p.groups(kind)
-    ring, intra, inter, k, spans = _phases(p, groups)
     pair, names = _unit_pair(cluster), _unit_names(cluster)
     out_gpu = f"n{cluster.topology.nodes_per_leaf}.g0"
 
@@ -407,12 +413,11 @@ def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> Gr
             if ub != ua:
                 per_unit[ub].append((out_gpu, nb))
         return slowest([owned_share(pair[0], flows, pair[1], pair[2]) for flows in per_unit.values()])
-    ring_f = _fig(share(ring), base)
-    intra_f = _fig(share(intra), ring_f)
-    inter_f = _fig(share(inter), ring_f)
-    a2a_f: tuple[float | None, float | None] = (None, None)
-    if len(p.slots) * (size - 1) <= A2A_FLOW_LIMIT:
+
+    def alltoall(groups: list) -> Share | None:
+        if len(p.slots) * (p.dims[kind] - 1) > A2A_FLOW_LIMIT:
+            return None
         vs = [[p.slots[r].vertex for r in g] for g in groups]
-        a2a = share([[(a, b) for a in g for b in g if a != b] for g in vs])
-        a2a_f = (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
-    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+        return share([[(a, b) for a in g for b in g if a != b] for g in vs])
+
+    return _assembled_link(cluster, p, kind, share, alltoall)
