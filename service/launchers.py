@@ -103,6 +103,10 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     if layout.sequence_parallel:
         args.append("--sequence-parallel")
     args += _megatron_zero_args(layout.zero_stage)
+    if layout.dp * layout.cp > 1:  # the cost model hides DP traffic under compute (dp_exposed_s)
+        args.append("--overlap-grad-reduce")
+        if layout.zero_stage >= 1:
+            args.append("--overlap-param-gather")
     args += ["--micro-batch-size", str(layout.micro_batch),
              "--global-batch-size", str(batch.sequences_per_step)]
     args += _megatron_recompute_args(layout.recompute)

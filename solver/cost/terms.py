@@ -181,9 +181,48 @@ def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int, pp: int) -> GroupLink:
     return lk
 
 
+def dp_bucket_elements(options, dp: int) -> int:
+    """Gradient bucket size on a DP group of `dp` ranks, elements.
+
+    Megatron-Core DistributedDataParallel's default: max(40M, 1M x dp) elements, so that
+    each rank's chunk of a ring stays bandwidth-bound at large DP (megatron/core/
+    distributed/distributed_data_parallel.py). Without it a 512-way ring would pay
+    2 x 511 latencies per 40M elements.
+    """
+    return max(options.dp_bucket_elements, options.dp_bucket_elements_per_rank * dp)
+
+
+@dataclass(frozen=True)
+class DpTraffic:
+    """One GPU's data-parallel collectives over its local parameters, seconds each."""
+
+    allreduce_s: float        # gradient all-reduce (ZeRO-0)
+    reduce_scatter_s: float   # one full gradient reduce-scatter
+    allgather_s: float        # one full parameter all-gather
+    ar_bucket_s: float        # the last bucket of each, which waits for the end of its pass
+    rs_bucket_s: float
+    ag_bucket_s: float
+
+
+def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTraffic | None:
+    """Bucketed ring collectives of the DP x CP group (None with one replica)."""
+    lk = _dp_link(ctx, tp, cp, dp, pp)
+    if lk.size <= 1:
+        return None
+    rec = ctx.training.precision
+    local = ctx.params.total / (tp * pp)
+    bucket = dp_bucket_elements(ctx.options, dp)
+    grads, gb = local * rec.grad_bytes, bucket * rec.grad_bytes
+    weights, wb = local * rec.weight_bytes, bucket * rec.weight_bytes
+    ar, ar_last = bucketed_s(grads, gb, lk, allreduce_s)
+    rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
+    ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
+    return DpTraffic(ar, rs, ag, ar_last, rs_last, ag_last)
+
+
 def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
-              grad_accum: int) -> tuple[float, float]:
-    """(total, last-bucket) seconds of one step's data-parallel traffic on one GPU.
+              grad_accum: int) -> float:
+    """Seconds of one step's data-parallel traffic on one GPU (exposed or not).
 
     ZeRO-0: bucketed gradient all-reduce. ZeRO-1: gradient reduce-scatter + parameter
     all-gather once per step (Rajbhandari et al. 2020, Sec. 5.1; Megatron distributed
@@ -192,55 +231,64 @@ def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int
     micro-batch all-gathers the parameters for forward and again for backward and
     reduce-scatters the gradients (Sec. 5.3; FSDP, Zhao et al. 2023).
     """
-    lk = _dp_link(ctx, tp, cp, dp, pp)
-    if lk.size <= 1:
-        return 0.0, 0.0
-    rec = ctx.training.precision
-    local = ctx.params.total / (tp * pp)
-    grads, weights = local * rec.grad_bytes, local * rec.weight_bytes
-    bucket = ctx.options.dp_bucket_elements
-    gb, wb = bucket * rec.grad_bytes, bucket * rec.weight_bytes
-    if zero == 0:
-        return bucketed_s(grads, gb, lk, allreduce_s)
-    rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
-    ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
-    per_step = {1: rs + ag, 2: grad_accum * rs + ag, 3: grad_accum * (rs + 2 * ag)}[zero]
-    return per_step, rs_last + ag_last
+    t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
+    if t is None:
+        return 0.0
+    m, rs, ag = grad_accum, t.reduce_scatter_s, t.allgather_s
+    return {0: t.allreduce_s, 1: rs + ag, 2: m * rs + ag, 3: m * (rs + 2 * ag)}[zero]
 
 
-def compute_window_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, backward_only: bool) -> float:
-    """Compute time per step on one rank that ZeRO-2/3 traffic can hide under, seconds.
+def micro_batch_windows_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int,
+                          grad_accum: int) -> tuple[float, float]:
+    """(forward, backward) compute seconds of one micro-batch on one rank.
 
-    Sequences per replica (global batch / (dp x seq_len)) x layers on the rank
-    (ceil(L / pp)) x one sequence's layer time without recompute (the smallest window any
-    recompute level gives, so the exposure is an upper bound), backward only for ZeRO-2's
-    gradient reduce-scatter, forward + backward for ZeRO-3's prefetched gathers.
+    Sequences per replica (global batch / (dp x seq_len)) / grad_accum per micro-batch x
+    layers on the rank (ceil(L / pp)) x one sequence's layer time without recompute (the
+    smallest window any recompute level gives, so exposures are upper bounds).
     """
     lt = _layer(ctx, tp, cp, tp > 1, 1)
-    per_sequence = lt.backward_s if backward_only else lt.forward_s + lt.backward_s
-    sequences = ctx.training.global_batch_tokens / (dp * ctx.seq_len)
-    return sequences * math.ceil(ctx.model.layers / pp) * per_sequence
+    per_micro_batch = ctx.training.global_batch_tokens / (dp * ctx.seq_len) / grad_accum
+    scale = per_micro_batch * math.ceil(ctx.model.layers / pp)
+    return scale * lt.forward_s, scale * lt.backward_s
+
+
+def _hidden(comm_s: float, last_s: float, window_s: float, overlap: float) -> float:
+    """Exposed part of a bucketed collective run under a compute window: the last bucket
+    waits for the window's end; the rest hides under overlap x window."""
+    return max(0.0, comm_s - last_s - overlap * window_s) + last_s
 
 
 def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
                  grad_accum: int) -> float:
     """Exposed DP time per step on one GPU, seconds.
 
-    The once-per-step traffic (ZeRO-0 all-reduce; ZeRO >= 1 one reduce-scatter + one
-    all-gather) is exposed by (1 - options.dp_overlap_fraction) plus the last bucket, which
-    waits for the end of backward (Li et al. 2020, PyTorch DDP, Sec. 3.2.3). The extra
-    per-micro-batch traffic of ZeRO-2/3 runs under the compute window (compute_window_s,
-    FSDP prefetch); only what exceeds it is exposed. So ZeRO-3 >= ZeRO-2 >= ZeRO-1.
+    Each collective can hide under the compute that runs while it is in flight, times
+    options.dp_overlap_fraction (the share of a window NCCL traffic actually overlaps);
+    the last bucket of each waits for its pass to end (Li et al. 2020, PyTorch DDP,
+    Sec. 3.2.3). The windows, per micro-batch (micro_batch_windows_s):
+    - ZeRO-0/1: gradients accumulate locally, so the all-reduce / reduce-scatter can only
+      run under the last micro-batch's backward (Megatron overlap_grad_reduce); ZeRO-1's
+      parameter all-gather under the first forward of the next step (overlap_param_gather).
+    - ZeRO-2: a reduce-scatter under every micro-batch's backward; the all-gather as ZeRO-1.
+    - ZeRO-3: every micro-batch prefetches the parameters under its forward and again,
+      with the gradient reduce-scatter, under its backward (FSDP, Zhao et al. 2023, Sec. 4).
+    With overlap 0 this is the plain sum: ZeRO-0 = AR, 1 = RS + AG, 2 = m RS + AG,
+    3 = m (RS + 2 AG); ZeRO-3 >= ZeRO-2 >= ZeRO-1 for any overlap.
     """
-    total, last = dp_comm_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=zero, grad_accum=grad_accum)
-    if total == 0.0:
+    t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
+    if t is None:
         return 0.0
-    base, _ = dp_comm_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=min(zero, 1), grad_accum=grad_accum)
-    exposed = (1.0 - ctx.options.dp_overlap_fraction) * (base - last) + last
-    if zero >= 2:
-        window = compute_window_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, backward_only=zero == 2)
-        exposed += max(0.0, total - base - window)
-    return exposed
+    fwd, bwd = micro_batch_windows_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, grad_accum=grad_accum)
+    f, m = ctx.options.dp_overlap_fraction, grad_accum
+    gather = _hidden(t.allgather_s, t.ag_bucket_s, fwd, f)
+    reduce = _hidden(t.reduce_scatter_s, t.rs_bucket_s, bwd, f)
+    if zero == 0:
+        return _hidden(t.allreduce_s, t.ar_bucket_s, bwd, f)
+    if zero == 1:
+        return reduce + gather
+    if zero == 2:
+        return m * reduce + gather
+    return m * (gather + _hidden(t.allgather_s + t.reduce_scatter_s, t.rs_bucket_s, bwd, f))
 
 
 def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int) -> float:

@@ -95,10 +95,12 @@ def test_validation_stages_use_the_seed_grid(plan):
     assert all(g["tokens_per_step"] == 4_194_304 for g in grid)
     assert [g["grad_accum"] for g in grid] == [4_194_304 // (8192 * b["micro_batch"] * g["gpus"] // replica)
                                                for g in grid]
-    # Per-GPU throughput falls as DP grows at a fixed batch (more exposed DP traffic, less
-    # accumulation to hide the bubble): MFU is non-increasing along the grid.
-    mfus = [g["mfu"] for g in grid if g["mfu"] is not None]
-    assert mfus == sorted(mfus, reverse=True)
+    # Per-GPU throughput falls as DP grows at a fixed batch and ZeRO stage (more DP traffic
+    # under shorter windows, less accumulation to hide the bubble). Smaller sizes may need a
+    # heavier ZeRO stage to fit, so compare the points that share one.
+    for z in {g["zero_stage"] for g in grid if g["mfu"] is not None}:
+        mfus = [g["mfu"] for g in grid if g["zero_stage"] == z]
+        assert mfus == sorted(mfus, reverse=True)
     # 12 N = 834 GB does not fit 8 x 80 GB: the one-node stage uses a proxy.
     assert not stages[0]["full_model_fits_one_node"]
     # Checkpoint: weights + optimizer = 10 N bytes = 695.0 GB.

@@ -91,12 +91,12 @@ def test_cli_split_stages_is_opt_in(capsys):
 
     from service.cli import main
 
-    base = ["search", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b", "--top", "2",
+    base = ["search", "--model", "gpt3-175b", "--cluster", "seed-512", "--training", "seed-300b", "--top", "2",
             "--format", "json"]
     got = {}
     for flag in ([], ["--split-stages"]):
         assert main(base + flag) == 0
         got[bool(flag)] = json.loads(capsys.readouterr().out)["layouts"]
-    assert all(d["pp"] > 1 for d in got[False] + got[True])  # the seed's best layouts are pipelined
-    assert all(sum(d["pipeline_layers"]) == 80 for d in got[True])
+    assert all(d["pp"] > 1 for d in got[False] + got[True])  # GPT-3's best layouts are pipelined
+    assert all(sum(d["pipeline_layers"]) == 96 for d in got[True])
     assert all(d["pipeline_layers"] is None for d in got[False])

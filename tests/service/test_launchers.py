@@ -43,6 +43,8 @@ MEGATRON_OPTIONS = {
     "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
     # megatron/training/arguments.py: "rank initialization order tp-cp-ep-pp-dp".
     "--use-tp-pp-dp-mapping": None,
+    # arguments.py: "If set, overlap DDP grad reduce." / "... param all-gather in distributed optimizer."
+    "--overlap-grad-reduce": None, "--overlap-param-gather": None,
 }
 TORCHTITAN_KEYS = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
@@ -84,6 +86,7 @@ def test_megatron_seed_layout(seed_specs, seed_layout):
     a = parse_megatron(megatron_args(m, t, seed_layout))
     assert a["--tensor-model-parallel-size"] == 8 and a["--pipeline-model-parallel-size"] == 1
     assert a["--sequence-parallel"] and a["--use-distributed-optimizer"]
+    assert a["--overlap-grad-reduce"] and a["--overlap-param-gather"]  # as dp_exposed_s assumes
     assert a["--micro-batch-size"] == 1 and a["--global-batch-size"] == 512  # 64 x 1 x 8
     assert a["--recompute-granularity"] == "selective" and "--recompute-method" not in a
     assert a["--num-query-groups"] == 8 and a["--swiglu"] and "--untie-embeddings-and-output-weights" not in a
