@@ -57,6 +57,13 @@ def render_md(result: dict) -> str:
         out.append(f"Median |error| {s['median_abs_error'] * 100:.1f}%, max |error| "
                    f"{s['max_abs_error'] * 100:.1f}% ({s['worst_case']}), mean signed error "
                    f"{s['mean_signed_error'] * 100:+.1f}%.")
+    for item, count in sorted(s.get("defaulted", {}).items()):
+        out.append(f"{count} case(s) do not state {item.split('=')[0]} and were scored with "
+                   f"{item.split('=', 1)[1]}.")
+    if any(k.startswith("training.attention_kernel=flash") for k in s.get("defaulted", {})):
+        out.append("Runs without FlashAttention (Megatron-LM / DeepSpeed before 2023) need "
+                   "`training.attention_kernel: \"unfused\"`: scored as FlashAttention they come "
+                   "out 10-30% too fast.")
     if result["errors"]:
         out += ["", "## Lines that could not be evaluated", ""]
         for e in result["errors"]:

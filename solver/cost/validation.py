@@ -33,6 +33,27 @@ class CaseResult:
     predicted_mfu: float
     measured_mfu: float | None
     time_breakdown_s: dict[str, float]
+    defaulted: list[str]           # software facts the case left unstated, as scored
+
+
+# Training fields that describe the software rather than the run's shape: when a case leaves
+# them out the default is scored, and the report says so (a pre-2023 Megatron run scored as
+# FlashAttention is predicted 10-30% too fast; see benchmarks/data/calibration_documented.jsonl).
+SOFTWARE_FIELDS = ("attention_kernel", "precision")
+
+
+def _defaulted(case: dict[str, Any], training: Any) -> list[str]:
+    given = case.get("training")
+    if not isinstance(given, dict):  # a preset or a file states its own fields
+        return []
+    return [f"training.{name}={_short(getattr(training, name))}"
+            for name in SOFTWARE_FIELDS if name not in given]
+
+
+def _short(value: Any) -> str:
+    if hasattr(value, "model_dump"):
+        return "(" + ", ".join(f"{k} {v}" for k, v in value.model_dump().items()) + ")"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -63,8 +84,9 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
     missing = [k for k in ("model", "cluster", "training", "layout") if k not in case]
     if missing:
         raise PlannerError("case: missing " + ", ".join(missing))
+    training = load_training(case["training"])
     est = estimate_layout(load_model(case["model"]), load_cluster(case["cluster"]),
-                          load_training(case["training"]), load_layout(case["layout"]), options)
+                          training, load_layout(case["layout"]), options)
     measured = _measured(case, "step_time_s")
     return CaseResult(
         id=str(case.get("id", fallback_id)), predicted_step_time_s=est.step_time_s,
@@ -72,7 +94,7 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
         error=None if measured is None else est.step_time_s / measured - 1.0,
         fits=est.fits, memory_per_gpu_bytes_total=est.memory_per_gpu_bytes["total"],
         predicted_mfu=est.mfu, measured_mfu=_measured(case, "mfu"),
-        time_breakdown_s=est.time_breakdown_s)
+        time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training))
 
 
 def _problems(exc: PlannerError) -> list[str]:
@@ -90,7 +112,17 @@ def summarize(results: list[CaseResult]) -> dict[str, Any]:
             "median_abs_error": statistics.median(absolute), "max_abs_error": max(absolute),
             "mean_abs_error": statistics.fmean(absolute),
             "mean_signed_error": statistics.fmean(r.error for r in errs),
-            "worst_case": worst.id, "fits": sum(r.fits for r in results)}
+            "worst_case": worst.id, "fits": sum(r.fits for r in results),
+            "defaulted": _count_defaults(results)}
+
+
+def _count_defaults(results: list[CaseResult]) -> dict[str, int]:
+    """How many cases were scored with each unstated software default."""
+    counts: dict[str, int] = {}
+    for r in results:
+        for item in r.defaulted:
+            counts[item] = counts.get(item, 0) + 1
+    return counts
 
 
 def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:

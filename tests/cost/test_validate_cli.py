@@ -55,3 +55,27 @@ def test_validate_bad_lines_are_reported_per_line(tmp_path, capsys):
 def test_validate_missing_file(capsys):
     assert main(["validate", "/nonexistent/cases.jsonl"]) == 2
     assert "cases: cannot read" in capsys.readouterr().err
+
+
+def test_validate_names_the_software_defaults_it_scored(tmp_path, capsys):
+    rows = [{"id": "bare", "model": "seed-70b", "cluster": "seed-512",
+             "training": {"seq_len": 8192, "global_batch_tokens": 4194304}, "layout": LAYOUT,
+             "measured": {"step_time_s": 9.0}},
+            {"id": "stated", "model": "seed-70b", "cluster": "seed-512",
+             "training": {"seq_len": 8192, "global_batch_tokens": 4194304, "attention_kernel": "unfused"},
+             "layout": LAYOUT, "measured": {"step_time_s": 9.0}},
+            {"id": "preset", "model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
+             "layout": LAYOUT}]
+    assert main(["validate", write(tmp_path, rows), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    bare, stated, preset = out["cases"]
+    assert "training.attention_kernel=flash" in bare["defaulted"]
+    assert not any(d.startswith("training.attention_kernel") for d in stated["defaulted"])
+    assert preset["defaulted"] == []
+    assert out["summary"]["defaulted"]["training.attention_kernel=flash"] == 1
+    # The unfused kernel moves the S x S scores through HBM: the stated run is slower.
+    assert stated["predicted_step_time_s"] > bare["predicted_step_time_s"]
+    assert main(["validate", write(tmp_path, rows), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "1 case(s) do not state training.attention_kernel and were scored with flash." in md
+    assert 'attention_kernel: "unfused"' in md
