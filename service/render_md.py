@@ -91,15 +91,20 @@ def _ladder(plan: dict[str, Any]) -> list[str]:
     return out
 
 
+def layout_gpus(d: dict[str, Any]) -> int:
+    """GPUs a layout uses: its `gpus` field if present, else tp x pp x dp x cp."""
+    return d["gpus"] if d.get("gpus") is not None else d["tp"] * d["pp"] * d["dp"] * d.get("cp", 1)
+
+
 def _ranked(plan: dict[str, Any]) -> list[str]:
     s, lays = plan.get("search", {}), plan["layouts"]
     if "step_time_s" not in lays[0]:
         return []
     out = ["", "### Ranked layouts (cost model, CP-SAT search)", "",
            f"Status **{s.get('status', '?')}** in {s.get('seconds', 0):.2f} s; best first."]
-    rows = [[i, _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
+    rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
              _gb(d["memory_per_gpu_bytes"]["total"])] for i, d in enumerate(lays, 1)]
-    out += [""] + _table(["rank", "layout", "step s", "MFU", "memory/GPU"], rows)
+    out += [""] + _table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU"], rows)
     p = plan["prediction"]
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
     mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")

@@ -223,6 +223,94 @@ def _list_section(title: str, items: Any) -> str:
     return f"<h2>{escape(title)}</h2><ul class=\"{escape(title.lower().replace(' ', '-'))}\">{lis}</ul>"
 
 
+def _gpus_of(stage: dict[str, Any]) -> str:
+    """A stage's GPU count, or the range its scaling grid spans ('' when neither is given)."""
+    if _num(stage.get("gpus")) is not None:
+        return f"{int(stage['gpus']):,} GPUs"
+    counts = [int(g["gpus"]) for g in stage.get("grid") or [] if _num(g.get("gpus")) is not None]
+    if not counts:
+        return ""
+    lo, hi = min(counts), max(counts)
+    return f"{lo:,} GPUs" if lo == hi else f"{lo:,}-{hi:,} GPUs"
+
+
+def _gb_text(value: Any) -> str:
+    return "—" if _num(value) is None else f"{value / 1e9:,.1f}"
+
+
+def _grid_table(grid: list[dict[str, Any]]) -> str:
+    """Stage 2's scaling grid: one row per GPU count (GB = 1e9 bytes, MFU in percent)."""
+    rows = [[f"{g.get('gpus'):,}" if _num(g.get("gpus")) is not None else g.get("gpus"), g.get("dp"),
+             g.get("grad_accum"),
+             f"{g['tokens_per_step']:,}" if _num(g.get("tokens_per_step")) is not None else None,
+             None if g.get("zero_stage") is None else f"ZeRO-{g['zero_stage']}",
+             _gb_text(g.get("model_state_per_gpu_bytes")), _gb_text(g.get("memory_per_gpu_bytes")),
+             "—" if _num(g.get("step_time_s")) is None else f"{g['step_time_s']:.2f}",
+             "—" if _num(g.get("mfu")) is None else f"{g['mfu'] * 100:.1f}", g.get("note")]
+            for g in grid]
+    return _table(["gpus", "dp", "grad_accum", "tokens_per_step", "zero_stage",
+                   "model state/GPU GB", "memory/GPU GB", "step s", "MFU %", "note"],
+                  rows, "scaling-grid")
+
+
+def _stage_facts(stage: dict[str, Any]) -> list[str]:
+    """Escaped one-line facts of a stage, the same ones render_md._stages prints."""
+    facts, e = [], stage.get("expect") or {}
+    if _num(e.get("parameters")) is not None:
+        facts.append(f"expect {e['parameters']:,} parameters")
+    if _num(e.get("flops_per_step")) is not None:
+        facts.append(f"expect {e['flops_per_step']:.3e} FLOPs per step")
+    if _num(e.get("model_state_per_gpu_bytes_full_scale")) is not None:
+        facts.append("per-GPU memory of the best layout at full scale "
+                     f"{_gb_text(e['model_state_per_gpu_bytes_full_scale'])} GB")
+    if stage.get("full_model_fits_one_node") is False:
+        facts.append("the full model does not fit one node: use a reduced-depth proxy")
+    if stage.get("keep"):
+        facts.append(f"keep the {stage['keep']}")
+    if _num(stage.get("checkpoint_bytes")) is not None:
+        facts.append(f"checkpoint size about {_gb_text(stage['checkpoint_bytes'])} GB "
+                     "(weights + optimizer)")
+    if _num(stage.get("tokens")) is not None:
+        facts.append(f"{stage['tokens']:.3g} tokens")
+    if _num(stage.get("steps")) is not None:
+        facts.append(f"{stage['steps']:,} steps")
+    if _num(stage.get("gpu_hours")) is not None:
+        facts.append(f"{stage['gpu_hours']:,.0f} GPU-hours")
+    return [escape(f) for f in facts]
+
+
+def _lis(items: Any) -> str:
+    return "".join(f"<li>{escape(str(x))}</li>" for x in (items if isinstance(items, list) else [items]))
+
+
+def _stage(stage: Any, i: int) -> str:
+    """One validation stage: heading (number, name, GPUs), facts, checks, grid, what to record."""
+    if not isinstance(stage, dict):
+        return f"<p class=\"stage\">{_item(stage)}</p>"
+    gpus = _gpus_of(stage)
+    head = (f"Stage {stage.get('stage', i)}: {stage.get('name', '')}" + (f" ({gpus})" if gpus else ""))
+    out = f"<h3 class=\"stage\">{escape(head)}</h3>"
+    facts = _stage_facts(stage)
+    if facts:
+        out += "<ul class=\"stage-facts\">" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>"
+    if stage.get("checks"):
+        out += f"<p>Checks:</p><ul class=\"stage-checks\">{_lis(stage['checks'])}</ul>"
+    if stage.get("grid"):
+        out += _grid_table(stage["grid"])
+    if stage.get("record"):
+        out += f"<p>Record:</p><ul class=\"stage-record\">{_lis(stage['record'])}</ul>"
+    return out
+
+
+def _stages_section(stages: Any) -> str:
+    """The staged first-experiments plan (solver.plan.validation_stages), all values escaped."""
+    if not stages:
+        return ""
+    items = stages if isinstance(stages, list) else [stages]
+    return ("<h2>Validation stages</h2><div class=\"validation-stages\">"
+            + "".join(_stage(s, i) for i, s in enumerate(items, 1)) + "</div>")
+
+
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
          "text-align:right}th{background:#f3f3f3}pre{white-space:pre-wrap;font-size:12px}"
@@ -252,7 +340,7 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
             f"{escape(str(report.get('gpu', '')))}</p><h2>Estimates</h2>{summary}"
             f"<h2>Layouts, best first</h2>{layouts}{charts}"
             + _ladder_section(plan.get("ladder_choice"))
-            + _list_section("Validation stages", plan.get("validation_stages"))
+            + _stages_section(plan.get("validation_stages"))
             + _list_section("Failure checks", plan.get("failure_checks"))
             + "<h2>Full plan JSON</h2><details><summary>show</summary><pre>"
             + escape(json.dumps(plan, indent=1)) + "</pre></details></body></html>")

@@ -6,6 +6,7 @@ from typing import Any
 
 from service.cli import emit
 from service.commands.plan import require_training
+from service.render_md import layout_gpus
 from solver.presets import load_model
 from topology.catalog import load_cluster
 
@@ -64,10 +65,11 @@ def render_search(result: dict[str, Any]) -> str:
              f"{s['evaluated']} layouts re-evaluated by the cost model; gap {s['gap']:.2%}).", ""]
     if s.get("fallback"):
         lines += [f"Note: {s['fallback']}.", ""]
-    head = list(COLUMNS) + ["step_time_s", "mfu", "memory_GB"]
+    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "mfu", "memory_GB"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["layouts"]:
-        cells = [str(r[c]) for c in COLUMNS] + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
-                                                  f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"]
+        cells = ([str(r["rank"]), str(layout_gpus(r))] + [str(r[c]) for c in COLUMNS[1:]]
+                 + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
+                    f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+import pytest
+
 from service.report_html import memory_components, render_report, time_components
 
 SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
@@ -112,3 +114,70 @@ def test_stored_plan_report_page(client):
         total = sum(float(b["data-bytes"]) for b in mem["bars"] if b["data-layout"] == str(i))
         assert 0 < total <= 80e9
     assert "ladder-why" in page.tables and "ladder" in page.texts
+
+
+class Grid(HTMLParser):
+    """The cell texts of the 'scaling-grid' table: header, then one list per body row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._in = self._cell = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and dict(attrs).get("class") == "scaling-grid":
+            self._in = True
+        elif self._in and tag == "tr":
+            self.rows.append([])
+        elif self._in and tag in ("td", "th"):
+            self._cell = True
+            self.rows[-1].append("")
+
+    def handle_data(self, data):
+        if self._cell:
+            self.rows[-1][-1] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self._cell = False
+        elif tag == "table":
+            self._in = False
+
+
+@pytest.fixture(scope="module")
+def seed_plan():
+    from solver.plan import build_plan
+    from solver.presets import load_model, load_training
+    from topology.catalog import load_cluster
+
+    return build_plan(load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b"))
+
+
+def test_validation_stages_rendered_not_dumped(seed_plan):
+    """Each stage gets a heading, its checks a list, stage 2's grid a table; no JSON dump."""
+    html = render_report(seed_plan, {}, "seed")
+    stages = seed_plan["validation_stages"]
+    section = html[html.index("<h2>Validation stages</h2>"):html.index("<h2>Failure checks</h2>")]
+    assert "<pre>" not in section and "&quot;" not in section and '"grid"' not in section
+    grid = Grid()
+    grid.feed(section)
+    head, *rows = grid.rows
+    assert head[:5] == ["gpus", "dp", "grad_accum", "tokens_per_step", "zero_stage"]
+    assert [r[0] for r in rows] == [f"{g['gpus']:,}" for g in stages[1]["grid"]]
+    assert rows[-1][0] == "512" and rows[-1][3] == "4,194,304"  # seed: 512 GPUs, 4,194,304 tok/step
+    for s in stages:
+        assert f"Stage {s['stage']}: {s['name']}" in section
+        for check in s.get("checks", []):
+            assert f"<li>{check}</li>" in section
+    assert "Stage 1: one-node correctness (8 GPUs)" in section  # seed: 8 GPUs per node
+    # the raw JSON stays available, only inside the <details> at the end
+    assert html.index("<details>") > html.index("<h2>Failure checks</h2>")
+    assert "&quot;validation_stages&quot;" in html[html.index("<details>"):]
+
+
+def test_validation_stage_values_are_escaped():
+    stages = [{"stage": 1, "name": "<b>n</b>", "gpus": 8, "checks": ["<i>c</i>"]},
+              {"stage": 2, "name": "s", "grid": [{"gpus": 8, "dp": 1, "note": "<script>x</script>"}]}]
+    html = render_report({"layouts": [], "validation_stages": stages}, {}, "id")
+    assert "<b>n</b>" not in html and "<i>c</i>" not in html and "<script>" not in html
+    assert "&lt;b&gt;n&lt;/b&gt;" in html and "Stage 2: s (8 GPUs)" in html
