@@ -10,6 +10,11 @@
    lightest excluded ZeRO stage / recompute level that fits, when the options excluded some; the fewest GPUs (GPU count
    minimized on a cluster of the same nodes, up to 64x larger); the longest sequence
    (halving seq_len, same tokens per step); the smallest catalog GPU with more memory.
+
+The whole explanation has one time budget (EXPLAIN_MIN_S or the request's time limit, from
+its start). Every step gets its deadline: each CP-SAT solve stops at it, and building a
+step's cost tables (solver.search.terms.term_rows) stops at it with SolverTimeoutError. A fix
+not started by then is listed under not_tried_time_limit, one cut off under timed_out.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import math
 import time
 from typing import Any
 
+from solver.errors import SolverTimeoutError
 from solver.search.cpsat import LayoutModel, make_solver
 from solver.search.options import SearchOptions
 from solver.search.rules import gpu_target
@@ -28,8 +34,9 @@ from topology.spec import ClusterSpec
 MORE_GPUS_FACTOR = 64
 # Shortest sequence the "shorter sequence" fix tries.
 MIN_SEQ_LEN = 256
-# Time budget of the fix search when nothing fits: at least this long, or the request's
-# time limit; the fixes not reached by then are listed under not_tried_time_limit.
+# Time budget of the explanation when nothing fits: at least this long, or the request's
+# time limit; fixes not started by then are listed under not_tried_time_limit, fixes cut
+# off by it under timed_out.
 EXPLAIN_MIN_S = 20.0
 STRUCTURAL_RELAXATIONS = {
     "gpus": {"allow_fewer_gpus": True},
@@ -39,31 +46,67 @@ STRUCTURAL_RELAXATIONS = {
 }
 
 
-def structural_core(model, cluster, training, options: SearchOptions) -> list[str] | None:
-    """Rule families that clash (None when some layout satisfies every structural rule)."""
+def _until(options: SearchOptions, deadline: float | None) -> float:
+    """A solve's deadline (time.perf_counter() seconds): options.time_limit_s from now, and
+    never past the explanation's deadline."""
+    own = time.perf_counter() + options.time_limit_s
+    return own if deadline is None else min(own, deadline)
+
+
+def _solve(options: SearchOptions, cp, deadline: float | None):
+    """(solver, status name) of one CP-SAT solve bounded by _until(options, deadline).
+
+    Raises: SolverTimeoutError when the deadline has passed before the solve or the solve
+    ends undecided (UNKNOWN).
+    """
+    if deadline is not None and time.perf_counter() > deadline:
+        raise SolverTimeoutError("explanation time budget spent")
+    solver = make_solver(options, _until(options, deadline))
+    name = solver.status_name(solver.solve(cp))
+    if name == "UNKNOWN":
+        raise SolverTimeoutError("solve not decided within the time limit")
+    return solver, name
+
+
+def structural_core(model, cluster, training, options: SearchOptions,
+                    deadline: float | None = None) -> list[str] | None:
+    """Rule families that clash (None when some layout satisfies every structural rule).
+
+    deadline (time.perf_counter() seconds) bounds the solve with options.time_limit_s.
+    Raises: SolverTimeoutError when the solve is not decided by then.
+    """
     lm = LayoutModel(model, cluster, training, options, explain=True)
-    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
-    name = solver.status_name(solver.solve(lm.cp))
+    solver, name = _solve(options, lm.cp, deadline)
     if name != "INFEASIBLE":
         return None
     by_index = {lit.index: fam for fam, lit in lm.literals.items()}
     return sorted(by_index[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in by_index)
 
 
-def _structural(model, cluster, training, options) -> dict[str, Any] | None:
-    core = structural_core(model, cluster, training, options)
+def _structural(model, cluster, training, options, deadline: float) -> dict[str, Any] | None:
+    """The structure explanation, or None when the rules admit a layout (or that is undecided)."""
+    try:
+        core = structural_core(model, cluster, training, options, deadline)
+    except SolverTimeoutError:
+        return None  # undecided: explain as a memory problem, the search's own verdict
     if core is None:
         return None
-    fixes = []
+    fixes, timed_out = [], []
     for family in core:
         change = STRUCTURAL_RELAXATIONS.get(family)
         if change and any(getattr(options, k) != v for k, v in change.items()):
             relaxed = options.model_copy(update=change)
-            if structural_core(model, cluster, training, relaxed) is None:
-                fixes.append({"change": "options", "set": change})
-    return {"reason": f"no layout satisfies the {', '.join(core)} rules together "
-                      f"({_family_text(model, cluster, training, core, options)})",
-            "kind": "structure", "families": core, "fixes": fixes}
+            try:
+                if structural_core(model, cluster, training, relaxed, deadline) is None:
+                    fixes.append({"change": "options", "set": change})
+            except SolverTimeoutError:
+                timed_out.append(family)
+    out = {"reason": f"no layout satisfies the {', '.join(core)} rules together "
+                     f"({_family_text(model, cluster, training, core, options)})",
+           "kind": "structure", "families": core, "fixes": fixes}
+    if timed_out:
+        out["timed_out"] = timed_out
+    return out
 
 
 def _family_text(model, cluster, training, core: list[str], options: SearchOptions) -> str:
@@ -79,17 +122,19 @@ def _family_text(model, cluster, training, core: list[str], options: SearchOptio
     return "; ".join(text[f] for f in core)
 
 
-def lightest_layout(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
+def lightest_layout(model, cluster, training, options, cost_options=None,
+                    deadline: float | None = None) -> dict[str, Any] | None:
     """The layout with the least per-GPU memory (memory limit dropped), re-evaluated.
 
     CP-SAT minimizes the rows' memory parts (rounded down to MEMORY_UNIT_BYTES) over the
-    same two-table model without the fit constraints.
+    same two-table model without the fit constraints. Raises: SolverTimeoutError when the
+    tables or the solve are not done by `deadline` (time.perf_counter() seconds).
     """
     from solver.cost.estimate import estimate_layout
     from solver.search.model import SearchModel, coefficients
     from solver.search.terms import term_rows
 
-    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options)
+    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, deadline=deadline)
     if not rows.pipe_keys:
         return None
     sm = SearchModel(rows, coefficients(rows, options.model_copy(update={"objective": "step_time"}),
@@ -97,8 +142,8 @@ def lightest_layout(model, cluster, training, options, cost_options=None) -> dic
                      range(len(rows.pipe_keys)), range(len(rows.shard_keys)), memory_limit=False)
     sm.cp.minimize(sm.expr([memory_floor(b) for b in rows.pipe_memory],
                            [memory_floor(b) for b in rows.shard_memory]))
-    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
-    if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
+    solver, name = _solve(options, sm.cp, deadline)
+    if name not in ("OPTIMAL", "FEASIBLE"):
         return None
     layout = sm.layout(*sm.chosen(solver.value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
@@ -114,26 +159,29 @@ def _usable_bytes(cluster: ClusterSpec, cost_options) -> float:
 
 
 def fitting_layout(model, cluster, training, options: SearchOptions, cost_options=None,
-                   fewest_gpus: bool = False) -> dict[str, Any] | None:
+                   fewest_gpus: bool = False, deadline: float | None = None) -> dict[str, Any] | None:
     """A layout that fits in memory (the fewest GPUs when asked), or None when none does.
 
     Fitting is a memory question only, so the cost tables are built without their time
     columns (no communication terms, no topology queries). CP-SAT answers it on the same
-    two-table model; the layout found is re-evaluated by the cost model.
+    two-table model; the layout found is re-evaluated by the cost model. Raises:
+    SolverTimeoutError when the tables or the solve are not done by `deadline`
+    (time.perf_counter() seconds) or the solve ends undecided.
     """
     from solver.cost.estimate import estimate_layout
     from solver.search.model import Coefficients, SearchModel, useful_rows
     from solver.search.terms import term_rows
 
-    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False)
+    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False,
+                     deadline=deadline)
     if not rows.pipe_keys:
         return None
     gpus = [k[0] * k[1] * k[2] * k[3] if fewest_gpus else 0 for k in rows.shard_keys]
     coef = Coefficients([0] * len(rows.pipe_keys), gpus, 0.0, lambda lo, t: 0.0)
     sm = SearchModel(rows, coef, *useful_rows(rows, coef))
     sm.cp.minimize(sm.objective)
-    solver = make_solver(options, time.perf_counter() + options.time_limit_s)
-    if solver.status_name(solver.solve(sm.cp)) not in ("OPTIMAL", "FEASIBLE"):
+    solver, name = _solve(options, sm.cp, deadline)
+    if name not in ("OPTIMAL", "FEASIBLE"):
         return None
     layout = sm.layout(*sm.chosen(solver.value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
@@ -143,31 +191,34 @@ def fitting_layout(model, cluster, training, options: SearchOptions, cost_option
             "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]}}
 
 
-def fix_more_gpus(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
+def fix_more_gpus(model, cluster, training, options, cost_options=None,
+                  deadline: float | None = None) -> dict[str, Any] | None:
     """The fewest GPUs (same GPU and nodes, up to MORE_GPUS_FACTOR x) with a fitting layout."""
     nodes = min(cluster.nodes * MORE_GPUS_FACTOR, 10_000_000 // cluster.gpus_per_node)
     bigger = cluster.model_copy(update={"nodes": nodes, "unavailable_nodes": ()})
     opts = options.model_copy(update={"allow_fewer_gpus": True, "gpus": None})
-    best = fitting_layout(model, bigger, training, opts, cost_options, fewest_gpus=True)
+    best = fitting_layout(model, bigger, training, opts, cost_options, fewest_gpus=True, deadline=deadline)
     if best is None:
         return None
     return {"change": "more_gpus", "gpus": best["gpus"],
             "nodes": math.ceil(best["gpus"] / cluster.gpus_per_node), "layout": best}
 
 
-def fix_shorter_sequence(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
+def fix_shorter_sequence(model, cluster, training, options, cost_options=None,
+                         deadline: float | None = None) -> dict[str, Any] | None:
     """The longest halved seq_len (same tokens per step) with a fitting layout."""
     seq = training.seq_len // 2
     while seq >= MIN_SEQ_LEN and training.seq_len % seq == 0:
         shorter = training.model_copy(update={"seq_len": seq})
-        best = fitting_layout(model, cluster, shorter, options, cost_options)
+        best = fitting_layout(model, cluster, shorter, options, cost_options, deadline=deadline)
         if best is not None:
             return {"change": "shorter_sequence", "seq_len": seq, "layout": best}
         seq //= 2
     return None
 
 
-def fix_bigger_gpu(model, cluster, training, options, cost_options=None) -> dict[str, Any] | None:
+def fix_bigger_gpu(model, cluster, training, options, cost_options=None,
+                   deadline: float | None = None) -> dict[str, Any] | None:
     """The catalog GPU with the least memory above the current one that makes a layout fit."""
     from topology.catalog import load_gpu, preset_names
 
@@ -176,61 +227,91 @@ def fix_bigger_gpu(model, cluster, training, options, cost_options=None) -> dict
         if gpu.memory_gb <= cluster.gpu.memory_gb:
             continue
         best = fitting_layout(model, cluster.model_copy(update={"gpu": gpu}), training, options,
-                              cost_options)
+                              cost_options, deadline=deadline)
         if best is not None:
             return {"change": "bigger_gpu", "gpu": gpu.name, "memory_gb": gpu.memory_gb, "layout": best}
     return None
 
 
-def fix_allow(model, cluster, training, options, cost_options, field: str, order: tuple) -> dict | None:
+def fix_allow(model, cluster, training, options, cost_options, field: str, order: tuple,
+              deadline: float | None = None) -> dict | None:
     """The first excluded ZeRO stage / recompute level (lightest change first) that fits."""
     current = getattr(options, field)
     for value in order:
         if value in current:
             continue
         best = fitting_layout(model, cluster, training,
-                              options.model_copy(update={field: current + (value,)}), cost_options)
+                              options.model_copy(update={field: current + (value,)}), cost_options,
+                              deadline=deadline)
         if best is not None:
             return {"change": f"allow_{field}", "value": value, "layout": best}
     return None
 
 
 def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                       options: SearchOptions, cost_options: Any = None) -> dict[str, Any]:
-    """The reason nothing fits and the smallest fix of each kind the solver could find."""
-    structural = _structural(model, cluster, training, options)
+                       options: SearchOptions, cost_options: Any = None,
+                       budget_s: float | None = None) -> dict[str, Any]:
+    """The reason nothing fits and the smallest fix of each kind the solver could find.
+
+    budget_s: wall-clock budget of the whole explanation, seconds (default: the larger of
+    options.time_limit_s and EXPLAIN_MIN_S). Every step is bounded by it (module docstring);
+    a step it cuts off is listed under timed_out, a fix it leaves unstarted under
+    not_tried_time_limit (each key present only when not empty).
+    """
+    budget_s = max(options.time_limit_s, EXPLAIN_MIN_S) if budget_s is None else budget_s
+    deadline = time.perf_counter() + budget_s
+    structural = _structural(model, cluster, training, options, deadline)
     if structural is not None:
         return structural
-    if options.objective == "min_gpus_deadline" and fitting_layout(model, cluster, training, options,
-                                                                   cost_options) is not None:
-        return _deadline(model, cluster, training, options, cost_options)
-    light = lightest_layout(model, cluster, training, options, cost_options)
+    timed_out: list[str] = []
+    if options.objective == "min_gpus_deadline":
+        try:
+            if fitting_layout(model, cluster, training, options, cost_options, deadline=deadline) is not None:
+                return _deadline(model, cluster, training, options, cost_options)
+        except SolverTimeoutError:
+            timed_out.append("fits_check")
+    light = _or_timed_out(lambda: lightest_layout(model, cluster, training, options, cost_options,
+                                                  deadline=deadline), "lightest_layout", timed_out)
     reason = "no layout fits in GPU memory"
     if light is not None:
         need = light["memory_per_gpu_bytes"]["total"]
         reason = (f"no layout fits in GPU memory: the lightest layout needs {need / 1e9:.1f} GB per "
                   f"GPU, {light['usable_bytes'] / 1e9:.1f} GB usable of {cluster.gpu.memory_gb:g} GB")
-    args = (model, cluster, training, options, cost_options)
-    tried = {"allow_zero_stages": lambda: fix_allow(*args, "zero_stages", (1, 2, 3)),
-             "allow_recompute": lambda: fix_allow(*args, "recompute", ("selective", "full")),
-             "more_gpus": lambda: fix_more_gpus(*args),
-             "shorter_sequence": lambda: fix_shorter_sequence(*args),
-             "bigger_gpu": lambda: fix_bigger_gpu(*args)}
+    args, kw = (model, cluster, training, options, cost_options), {"deadline": deadline}
+    tried = {"allow_zero_stages": lambda: fix_allow(*args, "zero_stages", (1, 2, 3), **kw),
+             "allow_recompute": lambda: fix_allow(*args, "recompute", ("selective", "full"), **kw),
+             "more_gpus": lambda: fix_more_gpus(*args, **kw),
+             "shorter_sequence": lambda: fix_shorter_sequence(*args, **kw),
+             "bigger_gpu": lambda: fix_bigger_gpu(*args, **kw)}
     fixes, none_found, not_tried = [], [], []
-    deadline = time.perf_counter() + max(options.time_limit_s, EXPLAIN_MIN_S)
     for kind, attempt in tried.items():
         if kind.startswith("allow_") and _already_allowed(options, kind):
             continue
         if time.perf_counter() > deadline:  # the explanation has a time budget too
             not_tried.append(kind)
             continue
-        found = attempt()
+        try:
+            found = attempt()
+        except SolverTimeoutError:
+            timed_out.append(kind)
+            continue
         (fixes.append(found) if found is not None else none_found.append(kind))
     out = {"reason": reason, "kind": "memory", "lightest_layout": light, "fixes": fixes,
            "no_fix_found": none_found}
     if not_tried:
         out["not_tried_time_limit"] = not_tried
+    if timed_out:
+        out["timed_out"] = timed_out
     return out
+
+
+def _or_timed_out(step, name: str, timed_out: list[str]):
+    """step()'s result, or None with `name` added to timed_out when it runs out of time."""
+    try:
+        return step()
+    except SolverTimeoutError:
+        timed_out.append(name)
+        return None
 
 
 def _deadline(model, cluster, training, options: SearchOptions, cost_options) -> dict[str, Any]:

@@ -18,6 +18,7 @@ evaluator's own test. solver.search.model turns the two tables into the CP-SAT m
 from __future__ import annotations
 
 import math
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -30,6 +31,7 @@ from solver.cost.step import (
     usable_memory_bytes,
 )
 from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
+from solver.errors import SolverTimeoutError
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows
 from solver.search.prune import prune_keys
@@ -225,14 +227,21 @@ class _Terms:
 
 
 def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
-              prune: bool = False) -> TermRows:
+              prune: bool = False, deadline: float | None = None) -> TermRows:
     """The two cost tables over the structurally valid rows of `lm` (see module docstring).
 
     with_time=False leaves the time columns at 0: memory-only questions (what fits?) need
     no communication terms, hence no topology queries, and build much faster.
     prune=True keeps only the row groups that can hold one of the lm.options.top_k best
     layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
+    deadline (time.perf_counter() seconds): building the rows, and their fit tests, raise
+    SolverTimeoutError once it has passed (solver.search.explain bounds each fix this way).
     """
+    def in_time() -> bool:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise SolverTimeoutError("cost tables not built by the deadline")
+        return True
+
     ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
                           lm.options.rank_orders[0])
     t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None)
@@ -248,6 +257,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
     keys, splits, pipe, act = [], [], [], []
     for key in all_keys:
+        in_time()
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
         keys.append(key)
@@ -258,7 +268,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
                      for z in lm.values["zero_stage"]})
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
                    for tp, pp, cp, dp, sp, z, mb in shards]
-    rest = [t.rest(*shard) for shard in shards]
+    rest = [t.rest(*shard) for shard in shards if in_time()]
     usable = usable_memory_bytes(ctx)
     if t.split_uneven:
         _add_memory_variants(t, keys, splits, pipe, act, shards, accum, with_time)
@@ -276,6 +286,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
 
     def fits(i: int, j: int) -> bool:
         """The pair's layout fits and row i carries the split the search assigns it."""
+        in_time()
         split, _, total = choice(i, j)
         return split == splits[i] and total <= usable
 
