@@ -114,16 +114,20 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     return total
 
 
+LOGIT_BYTES = 4.0  # Korthikanti et al. 2022, Sec. 4.3 (see logits_bytes)
+
+
 def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
     """LM-head input and loss buffers of one micro-batch on the last stage.
 
-    2sbh input to the output layer plus s b V/t logits as BF16 + FP32 softmax + FP32
-    gradient, 10 bytes each (Megatron theoretical_memory_usage.py; Korthikanti Sec. 4.3
-    counts 4sbh(1 + V/h)/t). Added for every pp: exact for pp = 1, an upper bound on the
-    first and last stages for pp > 1.
+    2sbh input to the output layer plus s b V/t logits at LOGIT_BYTES each: Korthikanti
+    et al. 2022, Sec. 4.3 counts 4sbh(1 + V/h)/t for the output layer and cross-entropy,
+    i.e. 4 bytes per logit (BF16 logits + their FP32 softmax reused in place for the
+    gradient, as Megatron's vocab-parallel cross-entropy does). Added for every pp: exact
+    for pp = 1, an upper bound on the first and last stages for pp > 1.
     """
     s_b = ctx.seq_len / cp * micro_batch
-    return ACT_BYTES * s_b * ctx.model.hidden + 10.0 * s_b * ctx.model.vocab / tp
+    return ACT_BYTES * s_b * ctx.model.hidden + LOGIT_BYTES * s_b * ctx.model.vocab / tp
 
 
 def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: int) -> StateBytes:
