@@ -105,3 +105,13 @@ def test_gqa_swiglu_extension():
     # CP halves every per-token term (sequence split over ranks).
     p2 = layer_activation_parts(m, s, tp=1, cp=2, sp=False, micro_batch=1, kernel="flash", dropout=False)
     assert p2.total == pytest.approx(p.total / 2)
+
+
+def test_output_layer_and_loss_four_bytes_per_logit(ctx):
+    # Sec. 4.3: the output layer and cross-entropy keep 4 bytes per logit, 4 s b v / t,
+    # next to the 2 s b h BF16 input of the LM head. GPT-3 175B, b = 1, t = 8, v = 51200:
+    # 2 x 2048 x 12288 + 4 x 2048 x 51200 / 8 = 50,331,648 + 52,428,800 = 102,760,448 bytes.
+    from solver.cost.memory import logits_bytes
+    assert logits_bytes(ctx, tp=8, cp=1, micro_batch=1) == 102_760_448
+    assert logits_bytes(ctx, tp=8, cp=1, micro_batch=4) == 4 * 102_760_448
+    assert logits_bytes(ctx, tp=8, cp=2, micro_batch=1) == 102_760_448 / 2
