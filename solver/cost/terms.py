@@ -220,24 +220,6 @@ def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTra
     return DpTraffic(ar, rs, ag, ar_last, rs_last, ag_last)
 
 
-def dp_comm_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
-              grad_accum: int) -> float:
-    """Seconds of one step's data-parallel traffic on one GPU (exposed or not).
-
-    ZeRO-0: bucketed gradient all-reduce. ZeRO-1: gradient reduce-scatter + parameter
-    all-gather once per step (Rajbhandari et al. 2020, Sec. 5.1; Megatron distributed
-    optimizer). ZeRO-2: sharded gradients cannot accumulate locally, so the reduce-scatter
-    runs every micro-batch (Sec. 5.2; DeepSpeed), the all-gather once. ZeRO-3: every
-    micro-batch all-gathers the parameters for forward and again for backward and
-    reduce-scatters the gradients (Sec. 5.3; FSDP, Zhao et al. 2023).
-    """
-    t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
-    if t is None:
-        return 0.0
-    m, rs, ag = grad_accum, t.reduce_scatter_s, t.allgather_s
-    return {0: t.allreduce_s, 1: rs + ag, 2: m * rs + ag, 3: m * (rs + 2 * ag)}[zero]
-
-
 def micro_batch_windows_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int,
                           grad_accum: int) -> tuple[float, float]:
     """(forward, backward) compute seconds of one micro-batch on one rank.
@@ -272,8 +254,10 @@ def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: 
     - ZeRO-2: a reduce-scatter under every micro-batch's backward; the all-gather as ZeRO-1.
     - ZeRO-3: every micro-batch prefetches the parameters under its forward and again,
       with the gradient reduce-scatter, under its backward (FSDP, Zhao et al. 2023, Sec. 4).
-    With overlap 0 this is the plain sum: ZeRO-0 = AR, 1 = RS + AG, 2 = m RS + AG,
-    3 = m (RS + 2 AG); ZeRO-3 >= ZeRO-2 >= ZeRO-1 for any overlap.
+    With overlap 0 this is the plain sum of the step's traffic (Rajbhandari et al. 2020,
+    Sec. 5.1-5.3): ZeRO-0 = AR, 1 = RS + AG (Megatron distributed optimizer), 2 = m RS + AG
+    (sharded gradients cannot accumulate locally), 3 = m (RS + 2 AG) (parameters gathered
+    for forward and again for backward); ZeRO-3 >= ZeRO-2 >= ZeRO-1 for any overlap.
     """
     t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
     if t is None:
