@@ -17,14 +17,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from solver.cost.options import DEFAULT_OPTIONS
-from solver.cost.validation import validate_lines
+from solver.cost.validation import error_stats, validate_lines
 
 HERE = Path(__file__).resolve().parent
 SHARED_CASES = HERE.parents[1] / "shared" / "calibration" / "runs.jsonl"
@@ -35,20 +34,12 @@ CASE_KEYS = ("id", "predicted_step_time_s", "measured_step_time_s", "error", "fi
              "memory_per_gpu_bytes_total")
 
 
-def _summary(errors: list[float]) -> dict[str, Any]:
-    absolute = [abs(e) for e in errors]
-    if not absolute:
-        return {"cases": 0}
-    return {"cases": len(errors), "median_abs_error": statistics.median(absolute),
-            "max_abs_error": max(absolute), "mean_signed_error": statistics.fmean(errors)}
-
-
 def _by(cases: list[dict[str, Any]], raw: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
     groups: dict[str, list[float]] = {}
     for c in cases:
         if c["error"] is not None:
             groups.setdefault(str(raw[c["id"]].get(key)), []).append(c["error"])
-    return {name: _summary(errs) for name, errs in sorted(groups.items())}
+    return {name: {"cases": len(errs), **error_stats(errs)} for name, errs in sorted(groups.items())}
 
 
 def evaluate(path: Path) -> dict[str, Any]:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import statistics
 import sys
 import time
 
 from benchmarks.accuracy import HELDOUT_CASES, SHARED_CASES, TARGET
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
-from solver.cost.validation import validate_case
+from solver.cost.validation import error_stats, validate_case
 
 GRID = {
     "gemm_peak_fraction": (0.62, 0.66, 0.70, 0.74, 0.78, 0.82, 0.86),
@@ -31,8 +30,8 @@ GRID = {
 
 
 def _errors(cases: list[dict], options: CostOptions) -> dict[str, float]:
-    absolute = [abs(validate_case(c, c["id"], options).error) for c in cases]
-    return {"median_abs_error": statistics.median(absolute), "max_abs_error": max(absolute)}
+    stats = error_stats(validate_case(c, c["id"], options).error for c in cases)
+    return {k: stats[k] for k in ("median_abs_error", "max_abs_error")}
 
 
 def main() -> int:

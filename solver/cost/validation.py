@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
@@ -101,28 +102,26 @@ def _problems(exc: PlannerError) -> list[str]:
     return [str(p) for p in exc.problems] or [exc.message]
 
 
+def error_stats(errors: Iterable[float]) -> dict[str, float]:
+    """Median / max / mean absolute and mean signed error of signed fractional errors
+    (empty dict for none)."""
+    signed = list(errors)
+    if not signed:
+        return {}
+    absolute = [abs(e) for e in signed]
+    return {"median_abs_error": statistics.median(absolute), "max_abs_error": max(absolute),
+            "mean_abs_error": statistics.fmean(absolute), "mean_signed_error": statistics.fmean(signed)}
+
+
 def summarize(results: list[CaseResult]) -> dict[str, Any]:
-    """Median / max / mean absolute error and the mean signed error over measured cases."""
+    """error_stats over the measured cases, the worst case, fits and defaults counted."""
     errs = [r for r in results if r.error is not None]
     if not errs:
         return {"cases": len(results), "measured_cases": 0}
-    absolute = [abs(r.error) for r in errs]
     worst = max(errs, key=lambda r: abs(r.error))
-    return {"cases": len(results), "measured_cases": len(errs),
-            "median_abs_error": statistics.median(absolute), "max_abs_error": max(absolute),
-            "mean_abs_error": statistics.fmean(absolute),
-            "mean_signed_error": statistics.fmean(r.error for r in errs),
-            "worst_case": worst.id, "fits": sum(r.fits for r in results),
-            "defaulted": _count_defaults(results)}
-
-
-def _count_defaults(results: list[CaseResult]) -> dict[str, int]:
-    """How many cases were scored with each unstated software default."""
-    counts: dict[str, int] = {}
-    for r in results:
-        for item in r.defaulted:
-            counts[item] = counts.get(item, 0) + 1
-    return counts
+    defaulted = Counter(item for r in results for item in r.defaulted)
+    return {"cases": len(results), "measured_cases": len(errs), **error_stats(r.error for r in errs),
+            "worst_case": worst.id, "fits": sum(r.fits for r in results), "defaulted": dict(defaulted)}
 
 
 def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:
