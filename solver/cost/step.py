@@ -326,10 +326,7 @@ def stage_layer_limits(ctx: CostContext, layout: LayoutSpec, grad_accum: int, li
     """
     lo, layers = layout, ctx.model.layers
     kw = dict(tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
-    shared = dict(logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-                  comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
-                                                   sp=lo.sequence_parallel, zero=lo.zero_stage,
-                                                   micro_batch=lo.micro_batch))
+    shared = buffer_terms(ctx, lo)
     if profile is None:
         def profile(n: int) -> list:
             return stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
@@ -389,12 +386,16 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
         activations=M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
                                        recompute=lo.recompute, micro_batch=lo.micro_batch,
                                        pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum),
-        logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-        comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
-                                         sp=lo.sequence_parallel, zero=lo.zero_stage,
-                                         micro_batch=lo.micro_batch),
-        framework_overhead=ctx.options.framework_overhead_bytes,
-    )
+        **buffer_terms(ctx, lo), framework_overhead=ctx.options.framework_overhead_bytes)
+
+
+def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:
+    """The logits and communication-buffer terms of a layout (bytes per GPU)."""
+    lo = layout
+    return dict(logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
+                comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
+                                                 sp=lo.sequence_parallel, zero=lo.zero_stage,
+                                                 micro_batch=lo.micro_batch))
 
 
 def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> MemoryTerms:
@@ -403,11 +404,8 @@ def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) ->
     profile = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                             micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
                             split=lo.pipeline_layers)
-    return busiest_stage_terms(
-        ctx, profile, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage,
-        logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-        comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp, sp=lo.sequence_parallel,
-                                         zero=lo.zero_stage, micro_batch=lo.micro_batch))
+    return busiest_stage_terms(ctx, profile, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage,
+                               **buffer_terms(ctx, lo))
 
 
 def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, micro_batch: int,
