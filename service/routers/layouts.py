@@ -17,10 +17,12 @@ router = APIRouter(prefix="/v1", tags=["layouts"], dependencies=[Depends(require
 
 
 def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, Any]:
-    from solver.plan import LAYOUT_FIELDS
     from solver.specs import LayoutSpec
 
-    layout = LayoutSpec(**{k: entry[k] for k in LAYOUT_FIELDS if k in entry})
+    # Every LayoutSpec field the entry carries: rank_order decides the placement and
+    # Megatron's rank mapping, pipeline_layers an uneven split.
+    layout = LayoutSpec.model_validate({k: entry[k] for k in LayoutSpec.model_fields if k in entry},
+                                       strict=False)
     placement = rank_placement(cluster, layout)
     split = entry.get("pipeline_split")
     return {**entry, "launchers": launchers(model, training, layout, placement, split),

@@ -98,3 +98,15 @@ def test_nothing_fits_is_422_with_explanation(client):
     err = r.json()["error"]
     assert err["type"] == "infeasible" and err["explanation"]
     problems(r)
+
+
+def test_exports_follow_the_searched_rank_order(client):
+    """Searched under Megatron's TP-CP-PP-DP order, each layout's placement and Megatron
+    arguments use that order (not the default TP-CP-DP-PP)."""
+    r = client.post("/v1/layouts", json={**SEED, "options": {
+        "top_k": 2, "time_limit_s": 5, "rank_orders": ["tp-cp-pp-dp"]}})
+    assert r.status_code == 200, r.text
+    for e in r.json()["layouts"]:
+        assert e["rank_order"] == "tp-cp-pp-dp"
+        assert e["placement"]["order"] == "tp-cp-pp-dp"
+        assert "--use-tp-pp-dp-mapping" in e["launchers"]["megatron"]["args"]
