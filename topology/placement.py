@@ -21,7 +21,8 @@ from typing import Literal
 import numpy as np
 
 from topology.errors import InfeasibleError, Problem, SpecError
-from topology.graph import GpuSlot
+from topology.generators import build_graph, gpu_id
+from topology.graph import GpuSlot, gpu_slots_of
 from topology.spec import ClusterSpec
 
 GroupKind = Literal["tp", "cp", "dp", "pp"]
@@ -37,6 +38,28 @@ def parse_order(order: str | tuple[str, ...] | None) -> tuple[GroupKind, ...]:
     if sorted(parts) != sorted(GROUP_KINDS):
         raise SpecError("bad order", [Problem("order", f"{'-'.join(parts)} is not a permutation of tp-cp-dp-pp")])
     return parts  # type: ignore[return-value]
+
+
+def world_size(dims: dict[str, int]) -> int:
+    """Ranks of a layout: tp x cp x dp x pp."""
+    return dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+
+
+def order_stride(order: tuple[str, ...], dims: dict[str, int], kind: str) -> int:
+    """Rank distance between neighbouring members of a `kind` group: the product of the
+    degrees of the kinds before it in `order` (fastest first)."""
+    stride = 1
+    for k in order:
+        if k == kind:
+            return stride
+        stride *= dims[k]
+    return stride
+
+
+def _nodes_per_domain(cluster: ClusterSpec) -> int:
+    """Nodes per NVLink domain of a generated topology (nvlink_domain; else 1)."""
+    t = cluster.topology
+    return t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
 
 
 def candidate_orders(dims: dict[str, int]) -> list[tuple[GroupKind, ...]]:
@@ -57,14 +80,11 @@ def candidate_orders(dims: dict[str, int]) -> list[tuple[GroupKind, ...]]:
 def cluster_slots(cluster: ClusterSpec) -> tuple[GpuSlot, ...]:
     """Every GPU slot of the cluster in node order (memoized; the graph is built only
     for explicit graphs)."""
-    t = cluster.topology
-    if t is not None and t.kind == "graph":
-        from topology.generators import build_graph
-        from topology.graph import gpu_slots_of
+    if cluster.topology is not None and cluster.topology.kind == "graph":
         return tuple(gpu_slots_of(build_graph(cluster)))
-    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    per_domain = _nodes_per_domain(cluster)
     g = cluster.gpus_per_node
-    return tuple(GpuSlot(f"n{n}.g{k}", n, k, n // per_domain) for n in range(cluster.nodes) for k in range(g))
+    return tuple(GpuSlot(gpu_id(n, k), n, k, n // per_domain) for n in range(cluster.nodes) for k in range(g))
 
 
 @dataclass(frozen=True)
@@ -83,14 +103,13 @@ class Placement:
             rank //= self.dims[kind]
         return out
 
+    def stride(self, kind: str) -> int:
+        """Rank distance between neighbouring members of a `kind` group."""
+        return order_stride(self.order, self.dims, kind)
+
     def groups(self, kind: str) -> list[list[int]]:
         """Ranks of every group of `kind`, each in increasing index along `kind`."""
-        stride = 1
-        for k in self.order:
-            if k == kind:
-                break
-            stride *= self.dims[k]
-        size = self.dims[kind]
+        stride, size = self.stride(kind), self.dims[kind]
         world = len(self.slots)
         starts = [r for r in range(world) if (r // stride) % size == 0]
         return [[s + i * stride for i in range(size)] for s in starts]
@@ -128,7 +147,7 @@ def place(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ..
 
     Raises: InfeasibleError when the layout needs more GPUs than are available.
     """
-    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    world = world_size(dims)
     down = set(cluster.unavailable_nodes)
     free = [s for s in cluster_slots(cluster) if s.node not in down]
     _check_room(cluster, world, len(free))
@@ -144,8 +163,7 @@ def free_domain_sizes(cluster: ClusterSpec) -> tuple[int, int, frozenset[int]]:
     """(free GPUs, NVLink domains with a free GPU, their distinct free-GPU counts) for
     generated topologies whose domains are runs of whole nodes (flat: one node;
     nvlink_domain: nodes_per_domain, which must divide nodes), in O(unavailable nodes)."""
-    t = cluster.topology
-    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    per_domain = _nodes_per_domain(cluster)
     down = Counter(n // per_domain for n in set(cluster.unavailable_nodes))
     sizes: Counter[int] = Counter()
     for k in down.values():
@@ -168,13 +186,14 @@ def uniform_domain_ranks(cluster: ClusterSpec, dims: dict[str, int],
     if cluster.topology is not None and cluster.topology.kind == "graph":
         return None
     free_gpus, domains, sizes = free_domain_sizes(cluster)
-    _check_room(cluster, dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"], free_gpus)
+    world = world_size(dims)
+    _check_room(cluster, world, free_gpus)
     if len(sizes) != 1:
         return None
     (f,) = sizes
     unit = _unit(dims, order, f)
     aligned = f // unit * unit
-    return aligned if aligned * domains >= dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"] else f
+    return aligned if aligned * domains >= world else f
 
 
 @dataclass(frozen=True)
@@ -292,12 +311,11 @@ def domain_capacities(cluster: ClusterSpec, dims: dict[str, int],
     """Ranks `place` puts in each NVLink domain that has a free GPU, in domain order (rank r
     goes to the first domain whose running total exceeds r), for flat / nvlink_domain
     clusters; O(domains), no slot list. Raises: InfeasibleError as place."""
-    t = cluster.topology
-    per_domain = t.nodes_per_domain if t is not None and t.kind == "nvlink_domain" else 1
+    per_domain = _nodes_per_domain(cluster)
     down = Counter(n // per_domain for n in set(cluster.unavailable_nodes))
     free = [cluster.gpus_per_node * (per_domain - down[d]) for d in range(cluster.nodes // per_domain)]
     free = [f for f in free if f]
-    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    world = world_size(dims)
     _check_room(cluster, world, sum(free))
     unit = _unit(dims, order, max(free))
     aligned = [f // unit * unit for f in free]
@@ -309,7 +327,7 @@ def domain_stats_of(capacities: list[int], dims: dict[str, int], order: tuple[Gr
     """domain_stats for any per-domain rank capacities, by numpy over every rank (O(ranks),
     vectorized): ranks grouped by reshaping the rank grid (fastest kind last), each group's
     domains are nondecreasing, so its members per domain are the run lengths."""
-    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+    world = world_size(dims)
     domain_of = np.repeat(np.arange(len(capacities)), capacities)[:world]
     grid = np.arange(world).reshape([dims[k] for k in reversed(order)])
     axis = len(order) - 1 - order.index(kind)
