@@ -38,7 +38,7 @@ def create_plan(body: PlanIn, request: Request, settings: Settings = Depends(app
     model, cluster, training, options, limits = search_inputs(body, settings)
     with request.app.state.slots.hold():
         plan = jsonable(solving.run_plan(model, cluster, training, options))
-        report = jsonable(solving.report_data(plan, model, cluster, training))
+        report = jsonable(solving.report_data(plan, model, cluster))
     asked = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json"),
              "training": training.model_dump(mode="json"), "options": options.model_dump(mode="json")}
     plan_id = store.save(asked, plan, report)

@@ -71,31 +71,14 @@ def run_estimate(model, cluster, training, layout) -> dict[str, Any]:
 REPORT_LAYOUTS = 6  # layouts charted in a plan's report
 
 
-def _needs_estimate(entry: dict[str, Any]) -> bool:
-    mem = entry.get("memory_per_gpu_bytes")
-    parts = [k for k in (mem or {}) if k not in ("total", "model_state")]
-    return not (len(parts) > 1 and entry.get("time_breakdown_s"))
-
-
-def report_data(plan: dict[str, Any], model, cluster, training) -> dict[str, Any]:
+def report_data(plan: dict[str, Any], model, cluster) -> dict[str, Any]:
     """Chart inputs for a plan's report: per-GPU memory by component and step-time breakdown
-    of the top layouts (from the plan, or the cost model where the plan lacks them)."""
+    of the top layouts and of the ladder's choice, as the plan's search estimated them
+    (solver.search.api.plan_layouts gives every layout both; nothing is estimated again)."""
     from solver.plan import LAYOUT_FIELDS
-    from solver.specs import LayoutSpec
 
-    rows = []
-    for entry in (plan.get("layouts") or [])[:REPORT_LAYOUTS]:
-        layout = LayoutSpec(**{k: entry[k] for k in LAYOUT_FIELDS if k in entry})
-        data = {**entry, **(entry.get("estimate") or {})}
-        if _needs_estimate(data):
-            try:
-                from solver.cost.estimate import estimate_layout
-            except ModuleNotFoundError:
-                pass
-            else:
-                data = {**data, **estimate_layout(model, cluster, training, layout).as_dict()}
-        rows.append(_chart_row(f"#{len(rows) + 1}", {k: getattr(layout, k) for k in LAYOUT_FIELDS},
-                               data))
+    rows = [_chart_row(f"#{i}", {k: entry[k] for k in LAYOUT_FIELDS}, entry)
+            for i, entry in enumerate((plan.get("layouts") or [])[:REPORT_LAYOUTS], 1)]
     choice = plan.get("ladder_choice") or {}
     if choice.get("memory_per_gpu_bytes") and choice.get("time_breakdown_s"):
         rows.append(_chart_row("ladder", choice["layout"], choice))
