@@ -38,6 +38,12 @@ def layout_dict(layout: LayoutSpec) -> dict[str, Any]:
     return {k: getattr(layout, k) for k in LAYOUT_FIELDS}
 
 
+def layout_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """Every LayoutSpec field a layout entry (ranked layout, ladder rung) carries, placement
+    (rank_order) and pipeline split (pipeline_layers) included."""
+    return {k: entry[k] for k in LayoutSpec.model_fields if k in entry}
+
+
 def _grad_sync(model_params: int, training: TrainingSpec, cluster: ClusterSpec,
                layout: LayoutSpec) -> dict[str, Any]:
     """DP gradient-sync ring lower bound for one layout (seed, "Check communication").
@@ -234,7 +240,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
     search, layouts = (rank_layouts or searched_layouts)(model, cluster, training)
     ladder, rungs = ladder_or_none(model, cluster, training)
-    best = LayoutSpec(**{k: layouts[0][k] for k in LAYOUT_FIELDS})
+    best = LayoutSpec(**layout_fields(layouts[0]))
     batch = batch_plan(training, best.dp, best.micro_batch)
     comm = _grad_sync(n, training, cluster, best)
     plan = {
@@ -269,8 +275,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             chosen = rungs[0]
             plan["ladder_choice"] = {
                 **(ladder_versus_best(model, cluster, training, chosen, layouts[0]) or {}),
-                "communication": _grad_sync(n, training, cluster,
-                                            LayoutSpec(**{k: chosen[k] for k in LAYOUT_FIELDS})),
+                "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
@@ -325,7 +330,10 @@ def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
 def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 best: dict[str, Any], gpus: int) -> dict[str, Any]:
     """The best layout shrunk to `gpus` (DP scaled down, the global batch kept), with the
-    lightest ZeRO stage from the best's upward that fits; predicted by the cost model."""
+    lightest ZeRO stage from the best's upward that fits; predicted by the cost model.
+
+    At the best layout's own size the search's estimate of it is reused, not evaluated again.
+    """
     from solver.cost.estimate import estimate_layout
 
     replica = best["tp"] * best["pp"] * best["cp"]
@@ -336,13 +344,17 @@ def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
              "step_time_s": None, "mfu": None,
              "note": "full model does not fit: use a reduced-depth proxy"}
     for z in range(best["zero_stage"], 4):
-        layout = LayoutSpec(**{**{k: best[k] for k in LAYOUT_FIELDS}, "dp": dp, "zero_stage": z})
-        est = estimate_layout(model, cluster, training, layout)
-        if est.fits:
-            m = est.memory_per_gpu_bytes
+        if dp == best["dp"] and z == best["zero_stage"] and "time_breakdown_s" in best:
+            fits, m, step_s, mfu = (best["fits"], best["memory_per_gpu_bytes"],
+                                    best["step_time_s"], best["mfu"])
+        else:
+            layout = LayoutSpec(**{**layout_fields(best), "dp": dp, "zero_stage": z})
+            est = estimate_layout(model, cluster, training, layout)
+            fits, m, step_s, mfu = est.fits, est.memory_per_gpu_bytes, est.step_time_s, est.mfu
+        if fits:
             point.update(zero_stage=z, model_state_per_gpu_bytes=m["model_state"],
-                         memory_per_gpu_bytes=m["total"], step_time_s=est.step_time_s,
-                         mfu=est.mfu, note="fits the full model")
+                         memory_per_gpu_bytes=m["total"], step_time_s=step_s,
+                         mfu=mfu, note="fits the full model")
             break
     return point
 

@@ -201,3 +201,24 @@ def test_layout_section_is_pluggable(seed_model, seed_cluster, seed_training):
     # ZeRO-3 at TP8 DP64: (2 + 2 + 8) N / 512 = 1.63 GB per GPU.
     assert plan["validation_stages"][0]["expect"]["model_state_per_gpu_bytes_full_scale"] == \
         pytest.approx(12 * 69_500_936_192 / 512)
+
+
+def test_scaling_grid_keeps_the_best_layouts_placement(seed_model, seed_training):
+    """The grid re-estimates the best layout with its own rank order, not the default one.
+
+    On the GB200 NVL72 pod, TP8 x PP8 x DP9 changes step time with placement (PP neighbours
+    inside vs across NVLink domains), so a grid that dropped `rank_order` would differ.
+    """
+    from solver.cost.estimate import estimate_layout
+
+    cluster = load_cluster("gb200-nvl72-superpod")
+    layout = LayoutSpec(tp=8, pp=8, dp=9, zero_stage=1, sequence_parallel=True,
+                        recompute="selective", rank_order="tp-cp-pp-dp")
+    est = estimate_layout(seed_model, cluster, seed_training, layout)
+    entry = {**layout.model_dump(), "gpus": layout.gpus, "memory_per_gpu_bytes": est.memory_per_gpu_bytes,
+             "memory_free_bytes": cluster.gpu.memory_bytes - est.memory_per_gpu_bytes["total"]}
+    plan = build_plan(seed_model, cluster, seed_training, rank_layouts=lambda *_: ({}, [entry]))
+    (point,) = plan["validation_stages"][1]["grid"]  # 8 x 8 = 64 GPUs a replica: only 576
+    default = estimate_layout(seed_model, cluster, seed_training,
+                              layout.model_copy(update={"rank_order": "tp-cp-dp-pp"}))
+    assert point["step_time_s"] == est.step_time_s != default.step_time_s
