@@ -28,9 +28,12 @@ from itertools import count
 from math import gcd
 from typing import Callable
 
+from topology.generators import build_graph, check_nvlink_domain, gpu_id
+from topology.graph import latency_ps
 from topology.placement import (
     GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, cluster_slots, domain_capacities,
-    domain_stats, domain_stats_of, parse_order, place, progression_counts, uniform_domain_ranks,
+    domain_stats, domain_stats_of, order_stride, parse_order, place, progression_counts,
+    uniform_domain_ranks, world_size,
 )
 from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
@@ -64,37 +67,24 @@ class GroupLink:
 @lru_cache(maxsize=16)
 def fabric_for(cluster: ClusterSpec):
     """The routing fabric of a cluster (memoized per frozen spec). Raises: SpecError."""
-    from topology.generators import build_graph, check_nvlink_domain
-    from topology.graph import latency_ps
-    from topology.placement import cluster_slots
-
-    t = cluster.topology
-    if t is not None and t.kind == "nvlink_domain":
-        check_nvlink_domain(cluster, t)
-    if t is None or t.kind in ("flat", "nvlink_domain"):
-        domain_of = {s.vertex: s.domain for s in cluster_slots(cluster)}
-        intra, inter = cluster.intra_node, cluster.inter_node
-        return FlatFabric(domain_of, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
-                          inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
+    if _flat_like(cluster):
+        return _flat_fabric(cluster, {s.vertex: s.domain for s in cluster_slots(cluster)})
     return GraphFabric(build_graph(cluster))
 
 
 def _flat_like(cluster: ClusterSpec) -> bool:
     """Flat or nvlink_domain (FlatFabric) cluster. Raises: SpecError (bad nvlink_domain)."""
-    from topology.generators import check_nvlink_domain
-
     t = cluster.topology
     if t is not None and t.kind == "nvlink_domain":
         check_nvlink_domain(cluster, t)
     return t is None or t.kind in ("flat", "nvlink_domain")
 
 
-def _flat_figures(cluster: ClusterSpec) -> FlatFabric:
-    """A FlatFabric with the cluster's port figures and no domain map (closed forms only)."""
-    from topology.graph import latency_ps
-
+def _flat_fabric(cluster: ClusterSpec, domain_of: dict[str, int]) -> FlatFabric:
+    """A FlatFabric with the cluster's port figures; an empty `domain_of` serves the
+    closed forms only. Latencies are the generator's two half hops (generators module doc)."""
     intra, inter = cluster.intra_node, cluster.inter_node
-    return FlatFabric({}, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
+    return FlatFabric(domain_of, intra.bandwidth_gb_s, 2 * latency_ps(intra.latency_us / 2),
                       inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
 
 
@@ -110,9 +100,9 @@ def _by_domain(p: Placement, group: list[int]) -> dict[int, list[str]]:
     return out
 
 
-def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, int, int]:
-    """Flows of the ring, intra-domain and cross-domain phases, the members per domain
-    (1 unless every group has the same count in each of its domains) and domains spanned."""
+def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, set[int], int]:
+    """Flows of the ring, intra-domain and cross-domain phases, the distinct members-per-
+    domain counts and the most domains one group spans."""
     ring, intra, inter = [], [], []
     counts: set[int] = set()
     spans = 1
@@ -124,12 +114,42 @@ def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, in
         intra.append([f for v in doms for f in _ring(v)])
         if len({len(v) for v in doms}) == 1:
             inter.append([f for col in zip(*doms) for f in _ring(list(col))])
-    k = next(iter(counts)) if len(counts) == 1 else 1
-    return ring, intra, inter, k, spans
+    return ring, intra, inter, counts, spans
 
 
 def _fig(share: Share | None, fallback: tuple[float, float]) -> tuple[float, float]:
     return fallback if share is None else (share.bandwidth_gb_s, share.latency_ps / PS)
+
+
+def _in_node(cluster: ClusterSpec) -> tuple[float, float]:
+    """The in-node link's (GB/s, s): the figures of a size-1 group."""
+    return cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6
+
+
+def _one_rank_link(cluster: ClusterSpec, kind: GroupKind, stride: int) -> GroupLink:
+    """A size-1 group (no traffic): every figure is the in-node link's."""
+    base = _in_node(cluster)
+    return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+
+
+def _group_link(cluster: ClusterSpec, kind: GroupKind, size: int, stride: int,
+                shares: dict[str, Share | None], counts: set[int] | frozenset[int], spans: int) -> GroupLink:
+    """A kind's GroupLink from the concurrent shares of its phases ("ring", "intra",
+    "inter", "a2a"; None for a phase without flows, or an all-to-all not routed), its
+    distinct members-per-domain counts and the most domains one group spans. Sub-ring
+    phases without flows take the ring's figures; all-to-all bandwidth is per rank."""
+    ring_f = _fig(shares["ring"], _in_node(cluster))
+    intra_f = _fig(shares["intra"], ring_f)
+    inter_f = _fig(shares["inter"], ring_f)
+    a2a = shares["a2a"]
+    a2a_f = (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
+    k = next(iter(counts)) if len(counts) == 1 else 1  # 1 unless every domain holds the same count
+    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+
+
+def _a2a_routed(world: int, size: int) -> bool:
+    """Whether the all-to-all pairs of every group (world x (size - 1) flows) are routed."""
+    return world * (size - 1) <= A2A_FLOW_LIMIT
 
 
 def _assembled_link(cluster: ClusterSpec, p: Placement, kind: GroupKind,
@@ -137,41 +157,23 @@ def _assembled_link(cluster: ClusterSpec, p: Placement, kind: GroupKind,
                     alltoall: Callable[[list], Share | None]) -> GroupLink:
     """A kind's GroupLink from a router: `share(phase)` gives the concurrent share of one
     phase's flows (ring, in-domain, cross-domain), `alltoall(groups)` the all-to-all share
-    (None where too many flows to route). Size-1 groups get the in-node figures."""
-    size, stride = p.dims[kind], _stride(p, kind)
-    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    (None where too many flows to route)."""
+    size, stride = p.dims[kind], p.stride(kind)
     if size == 1:
-        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
+        return _one_rank_link(cluster, kind, stride)
     groups = p.groups(kind)
-    ring, intra, inter, k, spans = _phases(p, groups)
-    ring_f = _fig(share(ring), base)
-    intra_f = _fig(share(intra), ring_f)
-    inter_f = _fig(share(inter), ring_f)
-    a2a = alltoall(groups)
-    a2a_f = (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
-    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+    ring, intra, inter, counts, spans = _phases(p, groups)
+    shares = {"ring": share(ring), "intra": share(intra), "inter": share(inter), "a2a": alltoall(groups)}
+    return _group_link(cluster, kind, size, stride, shares, counts, spans)
 
 
 def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> GroupLink:
     def alltoall(groups: list) -> Share | None:
-        if not (isinstance(fabric, FlatFabric) or len(p.slots) * (p.dims[kind] - 1) <= A2A_FLOW_LIMIT):
+        if not (isinstance(fabric, FlatFabric) or _a2a_routed(len(p.slots), p.dims[kind])):
             return None
         return alltoall_share(fabric, [[p.slots[r].vertex for r in g] for g in groups])
 
     return _assembled_link(cluster, p, kind, lambda phase: concurrent_share(fabric, phase), alltoall)
-
-
-def _stride(p: Placement, kind: str) -> int:
-    return _order_stride(p.order, p.dims, kind)
-
-
-def _order_stride(order: tuple[str, ...], dims: dict[str, int], kind: str) -> int:
-    stride = 1
-    for k in order:
-        if k == kind:
-            return stride
-        stride *= dims[k]
-    return stride
 
 
 def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, int],
@@ -180,21 +182,16 @@ def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, in
     (placement.uniform_domain_ranks), or, given per-domain capacities instead (partly-down
     domains), from numpy run lengths: every ring, sub-ring and column ring puts load 1 on
     each port it uses (FlatFabric.ports_share), so only which ports are used matters."""
-    size, stride = dims[kind], _order_stride(order, dims, kind)
-    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    size, stride = dims[kind], order_stride(order, dims, kind)
     if size == 1:
-        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
-    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
-    counts, spans, uniform_multi = domain_stats(world, stride, size, e) if isinstance(e, int) \
+        return _one_rank_link(cluster, kind, stride)
+    counts, spans, uniform_multi = domain_stats(world_size(dims), stride, size, e) if isinstance(e, int) \
         else domain_stats_of(e, dims, order, kind)
     shared = max(counts) >= 2  # some domain holds two members: NVLink ring steps
-    ring_f = _fig(fabric.ports_share(shared, spans > 1), base)
-    intra_f = _fig(fabric.ports_share(shared, False), ring_f)
-    inter_f = _fig(fabric.ports_share(False, uniform_multi), ring_f)
-    a2a = fabric.alltoall_counts_share(size, counts)
-    k = next(iter(counts)) if len(counts) == 1 else 1
-    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f,
-                     a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS, spans)
+    shares = {"ring": fabric.ports_share(shared, spans > 1), "intra": fabric.ports_share(shared, False),
+              "inter": fabric.ports_share(False, uniform_multi),
+              "a2a": fabric.alltoall_counts_share(size, counts)}
+    return _group_link(cluster, kind, size, stride, shares, counts, spans)
 
 
 _TOKENS: dict[ClusterSpec, int] = {}
@@ -230,7 +227,7 @@ def _links(token: int, dims: tuple[int, int, int, int],
     if _flat_like(cluster):
         e = uniform_domain_ranks(cluster, named, order)
         caps = domain_capacities(cluster, named, order) if e is None else e
-        fabric = _flat_figures(cluster)
+        fabric = _flat_fabric(cluster, {})
         return tuple((kind, _flat_kind_link(cluster, fabric, named, order, kind, caps))
                      for kind in GROUP_KINDS)
     npl = _tree_unit_nodes(cluster)
@@ -264,13 +261,11 @@ def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
 
     Returns (order, links, cost). Raises: as group_links.
     """
-    best = None
-    for order in candidate_orders({"tp": tp, "cp": cp, "dp": dp, "pp": pp}):
+    def scored(order: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, GroupLink], float]:
         links = group_links(cluster, tp, cp, dp, pp, order=order)
-        c = cost_s(links)
-        if best is None or c < best[2]:
-            best = (order, links, c)
-    return best
+        return order, links, cost_s(links)
+    # min keeps the first of equal costs; candidate_orders lists Megatron's order first.
+    return min(map(scored, candidate_orders({"tp": tp, "cp": cp, "dp": dp, "pp": pp})), key=lambda r: r[2])
 
 
 # --- Fat trees (fat_tree, rail_optimized) by symmetry -------------------------------------
@@ -293,11 +288,9 @@ def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
 @lru_cache(maxsize=16)
 def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int], dict]:
     """The fabric of two units of this cluster, the vertex indices of unit 0 and a route
-    memo for owned_share. One
-    spine carries all of a leaf's uplink capacity: with ECMP each of k spines gets 1/k of
-    the load and 1/k of the capacity, so capacity over load is unchanged."""
-    from topology.generators import build_graph
-
+    memo for owned_share. One spine carries all of a leaf's uplink capacity: with ECMP each
+    of k spines gets 1/k of the load and 1/k of the capacity, so capacity over load is
+    unchanged."""
     t = cluster.topology
     npl = t.nodes_per_leaf
     pair = cluster.model_copy(update={"name": f"{cluster.name}/unit-pair", "nodes": 2 * npl,
@@ -349,12 +342,10 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int], dict], npl: int, prog: 
         return memo[key]
     if len(memo) >= GraphFabric.ROUTE_CACHE:
         memo.clear()
-    out_gpu = f"n{npl}.g0"
+    out_gpu = gpu_id(npl, 0)
 
     def name(r: int) -> str:
-        if start <= r < stop:
-            return f"n{(r - start) // prog.e}.g{(r - start) % prog.e}"
-        return out_gpu
+        return gpu_id(*divmod(r - start, prog.e)) if start <= r < stop else out_gpu
     flows = [(name(a), name(b)) for a, b in prog.unit_flows(start, stop, phase, uniform)]
     memo[key] = share = owned_share(fabric, flows, owned, memo)
     return share
@@ -363,11 +354,10 @@ def _view_share(pair: tuple[GraphFabric, frozenset[int], dict], npl: int, prog: 
 def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[GroupKind, ...],
                     kind: GroupKind, e: int) -> GroupLink:
     """_kind_link by unit views (see above)."""
-    size, stride = dims[kind], _order_stride(order, dims, kind)
-    base = (cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6)
+    size, stride = dims[kind], order_stride(order, dims, kind)
     if size == 1:
-        return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
-    world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
+        return _one_rank_link(cluster, kind, stride)
+    world = world_size(dims)
     npl = cluster.topology.nodes_per_leaf
     prog = Progressions(world, stride, size, e)
     starts = _views(prog, npl * e)
@@ -379,31 +369,25 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
         return len(c) == 1 and sp > 1
 
     def phase_share(phase: str) -> Share | None:
-        shares = [_view_share(pair, npl, prog, a, min(a + npl * e, world), phase, uniform) for a in starts]
-        return slowest(shares)
-    ring_f = _fig(phase_share("ring"), base)
-    intra_f = _fig(phase_share("intra"), ring_f)
-    inter_f = _fig(phase_share("inter"), ring_f)
-    a2a_f: tuple[float | None, float | None] = (None, None)
-    if world * (size - 1) <= A2A_FLOW_LIMIT:
-        share = phase_share("a2a")
-        a2a_f = (share.bandwidth_gb_s * (size - 1), share.latency_ps / PS)
-    k = next(iter(counts)) if len(counts) == 1 else 1
-    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
+        return slowest([_view_share(pair, npl, prog, a, min(a + npl * e, world), phase, uniform)
+                        for a in starts])
+    shares = {phase: phase_share(phase) for phase in ("ring", "intra", "inter")}
+    shares["a2a"] = phase_share("a2a") if _a2a_routed(world, size) else None
+    return _group_link(cluster, kind, size, stride, shares, counts, spans)
 
 
 @lru_cache(maxsize=16)
 def _unit_names(cluster: ClusterSpec) -> dict[str, tuple[int, str]]:
     """GPU vertex -> (its unit, its name in unit 0 of the unit pair)."""
     npl = cluster.topology.nodes_per_leaf
-    return {s.vertex: (s.node // npl, f"n{s.node % npl}.g{s.local}") for s in cluster_slots(cluster)}
+    return {s.vertex: (s.node // npl, gpu_id(s.node % npl, s.local)) for s in cluster_slots(cluster)}
 
 
 def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> GroupLink:
     """_kind_link on a fat tree with down nodes (no repeating pattern): every unit's own
     flows are routed on the unit pair, O(ranks) work but no full-size graph."""
     pair, names = _unit_pair(cluster), _unit_names(cluster)
-    out_gpu = f"n{cluster.topology.nodes_per_leaf}.g0"
+    out_gpu = gpu_id(cluster.topology.nodes_per_leaf, 0)
 
     def share(phase: list[list[tuple[str, str]]]) -> Share | None:
         per_unit: dict[int, list[tuple[str, str]]] = defaultdict(list)
@@ -415,7 +399,7 @@ def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> Gr
         return slowest([owned_share(pair[0], flows, pair[1], pair[2]) for flows in per_unit.values()])
 
     def alltoall(groups: list) -> Share | None:
-        if len(p.slots) * (p.dims[kind] - 1) > A2A_FLOW_LIMIT:
+        if not _a2a_routed(len(p.slots), p.dims[kind]):
             return None
         vs = [[p.slots[r].vertex for r in g] for g in groups]
         return share([[(a, b) for a in g for b in g if a != b] for g in vs])

@@ -8,7 +8,8 @@ import pytest
 
 import topology.groups as G
 from topology.placement import (
-    Progressions, domain_capacities, domain_stats, domain_stats_of, place, uniform_domain_ranks,
+    Progressions, domain_capacities, domain_stats, domain_stats_of, order_stride, place,
+    uniform_domain_ranks,
 )
 
 from .helpers import cluster
@@ -67,7 +68,7 @@ def test_numpy_run_lengths_equal_the_closed_form(nodes, gpus, per_domain, down, 
             caps = domain_capacities(c, dims, order)
             world = dims["tp"] * dims["cp"] * dims["dp"] * dims["pp"]
             for kind in dims:
-                stride = G._order_stride(order, dims, kind)
+                stride = order_stride(order, dims, kind)
                 assert domain_stats_of(caps, dims, order, kind) == domain_stats(world, stride, dims[kind], e)
 
 
