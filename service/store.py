@@ -53,15 +53,17 @@ class PlanStore:
         self.engine = _engine(url)
         metadata.create_all(self.engine)
 
-    def save(self, request: dict[str, Any], plan: dict[str, Any], report: dict[str, Any]) -> str:
-        """Store a plan; returns its new id (32 hex digits, unguessable)."""
-        plan_id = uuid.uuid4().hex
-        row = {"id": plan_id, "created_at": datetime.now(timezone.utc),
+    def save(self, request: dict[str, Any], plan: dict[str, Any],
+             report: dict[str, Any]) -> StoredPlan:
+        """Store a plan (JSON values only); returns it as `get` will, under its new id
+        (32 hex digits, unguessable), without reading it back."""
+        stored = StoredPlan(uuid.uuid4().hex, datetime.now(timezone.utc), request, plan, report)
+        row = {"id": stored.id, "created_at": stored.created_at,
                "request_json": json.dumps(request), "plan_json": json.dumps(plan),
                "report_json": json.dumps(report)}
         with self.engine.begin() as conn:
             conn.execute(plans_table.insert().values(**row))
-        return plan_id
+        return stored
 
     def get(self, plan_id: str) -> StoredPlan | None:
         """The plan with this id, or None when there is none."""
@@ -69,7 +71,10 @@ class PlanStore:
             row = conn.execute(select(plans_table).where(plans_table.c.id == plan_id)).first()
         if row is None:
             return None
-        return StoredPlan(row.id, row.created_at, json.loads(row.request_json),
+        # SQLite keeps no offset: its naive timestamps are the UTC ones `save` wrote.
+        created_at = row.created_at if row.created_at.tzinfo else row.created_at.replace(
+            tzinfo=timezone.utc)
+        return StoredPlan(row.id, created_at, json.loads(row.request_json),
                           json.loads(row.plan_json), json.loads(row.report_json))
 
     def ping(self) -> bool:

@@ -41,10 +41,9 @@ def create_plan(body: PlanIn, request: Request, settings: Settings = Depends(app
         report = jsonable(solving.report_data(plan, model, cluster))
     asked = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json"),
              "training": training.model_dump(mode="json"), "options": options.model_dump(mode="json")}
-    plan_id = store.save(asked, plan, report)
-    stored = store.get(plan_id)
+    stored = store.save(asked, plan, report)
     return JSONResponse(_body(stored, limits), status_code=201,
-                        headers={"Location": f"/v1/plans/{plan_id}"})
+                        headers={"Location": f"/v1/plans/{stored.id}"})
 
 
 def _get(store: PlanStore, plan_id: str) -> StoredPlan:

@@ -19,14 +19,17 @@ def test_plan_and_report_survive_restart(make_client):
     again = second.get(f"/v1/plans/{plan_id}")
     assert again.status_code == 200
     assert again.json()["parameters"] == created.json()["parameters"]
+    assert again.json()["created_at"] == created.json()["created_at"]
     assert second.get(f"/v1/plans/{plan_id}/report").text == report_before
 
 
 def test_store_round_trip_keeps_request(tmp_path):
     store = PlanStore(f"sqlite:///{tmp_path / 'deep' / 'dir' / 'p.db'}")  # parent dirs created
-    plan_id = store.save({"model": {"name": "m"}}, {"layouts": []}, {"layouts": []})
+    saved = store.save({"model": {"name": "m"}}, {"layouts": []}, {"layouts": []})
+    plan_id = saved.id
     got = store.get(plan_id)
     assert got.request == {"model": {"name": "m"}} and got.plan == {"layouts": []}
+    assert got == saved  # what save returns is what get reads back (created_at in UTC too)
     assert len(plan_id) == 32 and store.get("f" * 32) is None
     assert store.ping()
     store.close()
