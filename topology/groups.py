@@ -16,13 +16,13 @@ rank grid); fat_tree / rail_optimized route one unit (a leaf's or scalable unit'
 per distinct view on a two-unit copy of the fabric (with down nodes: every unit's own
 flows); explicit graphs take the exact path.
 
+The GroupLink record and its assembly from routed phases live in topology.link_assembly.
 "Node" in `crosses_nodes` / `ranks_per_node` means NVLink domain (a node on flat clusters).
 Units: bandwidths GB/s per GPU per direction (busbw); latencies seconds.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import lru_cache
 from itertools import count
 from math import gcd
@@ -30,6 +30,9 @@ from typing import Callable
 
 from topology.generators import build_graph, check_nvlink_domain, gpu_id
 from topology.graph import latency_ps
+from topology.link_assembly import (  # noqa: F401  A2A_FLOW_LIMIT is public here too
+    A2A_FLOW_LIMIT, GroupLink, a2a_routed, assemble_link, one_rank_link, placed_link,
+)
 from topology.placement import (
     GROUP_KINDS, GroupKind, Placement, Progressions, candidate_orders, cluster_slots, domain_capacities,
     domain_stats, domain_stats_of, order_stride, parse_order, place, progression_counts,
@@ -39,29 +42,6 @@ from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
 )
 from topology.spec import ClusterSpec
-
-A2A_FLOW_LIMIT = 8_192  # all-to-all pairs routed per kind on graph fabrics (CP8 on 1,024 GPUs fits)
-PS = 1e12
-
-
-@dataclass(frozen=True)
-class GroupLink:
-    """The link one group of a kind runs its collectives over, all groups active at once."""
-
-    kind: str
-    size: int
-    stride: int
-    bandwidth_gb_s: float  # ring busbw of the slowest group
-    latency_s: float  # per ring step, slowest path
-    crosses_nodes: bool  # some group leaves its NVLink domain
-    ranks_per_node: int  # members of one group per NVLink domain (1 when uneven)
-    intra_bandwidth_gb_s: float | None = None  # sub-rings inside a domain (hierarchical)
-    intra_latency_s: float | None = None
-    inter_bandwidth_gb_s: float | None = None  # cross-domain rings, one per local position
-    inter_latency_s: float | None = None
-    alltoall_bandwidth_gb_s: float | None = None  # per-rank; None when over A2A_FLOW_LIMIT
-    alltoall_latency_s: float | None = None
-    domains: int = 1  # NVLink domains one group spans
 
 
 @lru_cache(maxsize=16)
@@ -88,92 +68,13 @@ def _flat_fabric(cluster: ClusterSpec, domain_of: dict[str, int]) -> FlatFabric:
                       inter.bandwidth_gb_s, 2 * latency_ps(inter.latency_us / 2))
 
 
-def _ring(vertices: list[str]) -> list[tuple[str, str]]:
-    n = len(vertices)
-    return [] if n < 2 else [(vertices[i], vertices[(i + 1) % n]) for i in range(n)]
-
-
-def _by_domain(p: Placement, group: list[int]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = defaultdict(list)
-    for r in group:
-        out[p.slots[r].domain].append(p.slots[r].vertex)
-    return out
-
-
-def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, set[int], int]:
-    """Flows of the ring, intra-domain and cross-domain phases, the distinct members-per-
-    domain counts and the most domains one group spans."""
-    ring, intra, inter = [], [], []
-    counts: set[int] = set()
-    spans = 1
-    for group in groups:
-        ring.append(_ring([p.slots[r].vertex for r in group]))
-        doms = list(_by_domain(p, group).values())
-        spans = max(spans, len(doms))
-        counts.update(len(v) for v in doms)
-        intra.append([f for v in doms for f in _ring(v)])
-        if len({len(v) for v in doms}) == 1:
-            inter.append([f for col in zip(*doms) for f in _ring(list(col))])
-    return ring, intra, inter, counts, spans
-
-
-def _fig(share: Share | None, fallback: tuple[float, float]) -> tuple[float, float]:
-    return fallback if share is None else (share.bandwidth_gb_s, share.latency_ps / PS)
-
-
-def _in_node(cluster: ClusterSpec) -> tuple[float, float]:
-    """The in-node link's (GB/s, s): the figures of a size-1 group."""
-    return cluster.intra_node.bandwidth_gb_s, cluster.intra_node.latency_us / 1e6
-
-
-def _one_rank_link(cluster: ClusterSpec, kind: GroupKind, stride: int) -> GroupLink:
-    """A size-1 group (no traffic): every figure is the in-node link's."""
-    base = _in_node(cluster)
-    return GroupLink(kind, 1, stride, *base, False, 1, *base, *base, *base, 1)
-
-
-def _group_link(cluster: ClusterSpec, kind: GroupKind, size: int, stride: int,
-                shares: dict[str, Share | None], counts: set[int] | frozenset[int], spans: int) -> GroupLink:
-    """A kind's GroupLink from the concurrent shares of its phases ("ring", "intra",
-    "inter", "a2a"; None for a phase without flows, or an all-to-all not routed), its
-    distinct members-per-domain counts and the most domains one group spans. Sub-ring
-    phases without flows take the ring's figures; all-to-all bandwidth is per rank."""
-    ring_f = _fig(shares["ring"], _in_node(cluster))
-    intra_f = _fig(shares["intra"], ring_f)
-    inter_f = _fig(shares["inter"], ring_f)
-    a2a = shares["a2a"]
-    a2a_f = (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
-    k = next(iter(counts)) if len(counts) == 1 else 1  # 1 unless every domain holds the same count
-    return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
-
-
-def _a2a_routed(world: int, size: int) -> bool:
-    """Whether the all-to-all pairs of every group (world x (size - 1) flows) are routed."""
-    return world * (size - 1) <= A2A_FLOW_LIMIT
-
-
-def _assembled_link(cluster: ClusterSpec, p: Placement, kind: GroupKind,
-                    share: Callable[[list], Share | None],
-                    alltoall: Callable[[list], Share | None]) -> GroupLink:
-    """A kind's GroupLink from a router: `share(phase)` gives the concurrent share of one
-    phase's flows (ring, in-domain, cross-domain), `alltoall(groups)` the all-to-all share
-    (None where too many flows to route)."""
-    size, stride = p.dims[kind], p.stride(kind)
-    if size == 1:
-        return _one_rank_link(cluster, kind, stride)
-    groups = p.groups(kind)
-    ring, intra, inter, counts, spans = _phases(p, groups)
-    shares = {"ring": share(ring), "intra": share(intra), "inter": share(inter), "a2a": alltoall(groups)}
-    return _group_link(cluster, kind, size, stride, shares, counts, spans)
-
-
 def _kind_link(cluster: ClusterSpec, fabric, p: Placement, kind: GroupKind) -> GroupLink:
     def alltoall(groups: list) -> Share | None:
-        if not (isinstance(fabric, FlatFabric) or _a2a_routed(len(p.slots), p.dims[kind])):
+        if not (isinstance(fabric, FlatFabric) or a2a_routed(len(p.slots), p.dims[kind])):
             return None
         return alltoall_share(fabric, [[p.slots[r].vertex for r in g] for g in groups])
 
-    return _assembled_link(cluster, p, kind, lambda phase: concurrent_share(fabric, phase), alltoall)
+    return placed_link(cluster, p, kind, lambda phase: concurrent_share(fabric, phase), alltoall)
 
 
 def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, int],
@@ -184,14 +85,14 @@ def _flat_kind_link(cluster: ClusterSpec, fabric: FlatFabric, dims: dict[str, in
     each port it uses (FlatFabric.ports_share), so only which ports are used matters."""
     size, stride = dims[kind], order_stride(order, dims, kind)
     if size == 1:
-        return _one_rank_link(cluster, kind, stride)
+        return one_rank_link(cluster, kind, stride)
     counts, spans, uniform_multi = domain_stats(world_size(dims), stride, size, e) if isinstance(e, int) \
         else domain_stats_of(e, dims, order, kind)
     shared = max(counts) >= 2  # some domain holds two members: NVLink ring steps
     shares = {"ring": fabric.ports_share(shared, spans > 1), "intra": fabric.ports_share(shared, False),
               "inter": fabric.ports_share(False, uniform_multi),
               "a2a": fabric.alltoall_counts_share(size, counts)}
-    return _group_link(cluster, kind, size, stride, shares, counts, spans)
+    return assemble_link(cluster, kind, size, stride, shares, counts, spans)
 
 
 _TOKENS: dict[ClusterSpec, int] = {}
@@ -356,7 +257,7 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
     """_kind_link by unit views (see above)."""
     size, stride = dims[kind], order_stride(order, dims, kind)
     if size == 1:
-        return _one_rank_link(cluster, kind, stride)
+        return one_rank_link(cluster, kind, stride)
     world = world_size(dims)
     npl = cluster.topology.nodes_per_leaf
     prog = Progressions(world, stride, size, e)
@@ -372,8 +273,8 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
         return slowest([_view_share(pair, npl, prog, a, min(a + npl * e, world), phase, uniform)
                         for a in starts])
     shares = {phase: phase_share(phase) for phase in ("ring", "intra", "inter")}
-    shares["a2a"] = phase_share("a2a") if _a2a_routed(world, size) else None
-    return _group_link(cluster, kind, size, stride, shares, counts, spans)
+    shares["a2a"] = phase_share("a2a") if a2a_routed(world, size) else None
+    return assemble_link(cluster, kind, size, stride, shares, counts, spans)
 
 
 @lru_cache(maxsize=16)
@@ -399,9 +300,9 @@ def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> Gr
         return slowest([owned_share(pair[0], flows, pair[1], pair[2]) for flows in per_unit.values()])
 
     def alltoall(groups: list) -> Share | None:
-        if not _a2a_routed(len(p.slots), p.dims[kind]):
+        if not a2a_routed(len(p.slots), p.dims[kind]):
             return None
         vs = [[p.slots[r].vertex for r in g] for g in groups]
         return share([[(a, b) for a in g for b in g if a != b] for g in vs])
 
-    return _assembled_link(cluster, p, kind, share, alltoall)
+    return placed_link(cluster, p, kind, share, alltoall)
