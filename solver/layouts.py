@@ -13,10 +13,12 @@ from typing import Any
 
 from solver.cost.estimate import estimate_layout
 from solver.errors import InfeasibleError
+from solver.plan import estimate_accounting, ladder_layouts, layout_fields
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 
-# Components compared when explaining why one layout is slower than another.
+# Time components differing by less than this (s) are left out when explaining why one
+# layout is slower than another.
 _WHY_MIN_S = 0.005
 
 
@@ -40,11 +42,6 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return plan_layouts(model, cluster, training, options)
 
 
-def _fields(d: dict[str, Any]) -> dict[str, Any]:
-    keys = LayoutSpec.model_fields
-    return {k: d[k] for k in keys if k in d}
-
-
 def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[str, float]]:
     """Time components where `slow` spends more than `fast`, largest difference first (s)."""
     diffs = [{"component": k, "seconds": slow.get(k, 0.0) - fast.get(k, 0.0)}
@@ -54,20 +51,18 @@ def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[
 
 
 def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                       ladder_layout: dict[str, Any] | None,
-                       best: dict[str, Any]) -> dict[str, Any] | None:
+                       ladder_layout: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     """The seed-style ladder choice, predicted by the cost model and ranked by the search.
 
-    Returns None when the ladder found no layout. `rank_min`/`rank_max` place it among all
-    fitting layouts (1 = best); `why` lists the time components where it loses to the best.
+    `rank_min`/`rank_max` place it among all fitting layouts (1 = best); `why` lists the
+    time components where it loses to the best.
     """
-    if ladder_layout is None:
-        return None
     from solver.search.api import layout_rank
 
-    layout = LayoutSpec(**_fields(ladder_layout))
+    fields = layout_fields(ladder_layout)
+    layout = LayoutSpec(**fields)
     est = estimate_layout(model, cluster, training, layout)
-    out: dict[str, Any] = {"layout": _fields(ladder_layout), "step_time_s": est.step_time_s,
+    out: dict[str, Any] = {"layout": fields, "step_time_s": est.step_time_s,
                            "mfu": est.mfu, "fits": est.fits,
                            "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
                            "time_breakdown_s": dict(est.time_breakdown_s),
@@ -101,8 +96,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     the accounting's even-split model state stays under `accounting`.
     Raises: SpecError when the layout does not fit the model's shapes or the cluster.
     """
-    from solver.plan import estimate_accounting
-
     acc = estimate_accounting(model, cluster, training, layout)
     pred = estimate_layout(model, cluster, training, layout).as_dict()
     pred.pop("layout", None)
@@ -113,9 +106,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
 
 def ladder_or_none(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec):
-    """The seed ladder's (story, fitting rungs), or (None, []) when no rung fits."""
-    from solver.plan import ladder_layouts
-
+    """The seed ladder's (story, fitting rungs), or (its infeasibility story, []) when no rung fits."""
     try:
         return ladder_layouts(model, cluster, training)
     except InfeasibleError as exc:

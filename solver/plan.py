@@ -274,7 +274,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         if rungs:
             chosen = rungs[0]
             plan["ladder_choice"] = {
-                **(ladder_versus_best(model, cluster, training, chosen, layouts[0]) or {}),
+                **ladder_versus_best(model, cluster, training, chosen, layouts[0]),
                 "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
