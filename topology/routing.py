@@ -292,10 +292,15 @@ def concurrent_share(fabric, groups: list[list[tuple[str, str]]]) -> Share | Non
             lat = max(lat, r.latency_ps)
             for key, frac in r.edges:
                 load[key] += frac
-    if lat < 0:
+    return _bottleneck(fabric, load, lat)
+
+
+def _bottleneck(fabric, load: dict[Hashable, float], lat_ps: int) -> Share | None:
+    """min over loaded links of capacity / load, with the latency; None if no flow (lat < 0)."""
+    if lat_ps < 0:
         return None
     cap = fabric.capacity_gb_s
-    return Share(min(cap(key) / n for key, n in load.items()), lat)
+    return Share(min(cap(key) / n for key, n in load.items()), lat_ps)
 
 
 def owned_share(fabric: GraphFabric, flows: list[tuple[str, str]], owned: frozenset[int],
@@ -315,7 +320,4 @@ def owned_share(fabric: GraphFabric, flows: list[tuple[str, str]], owned: frozen
         lat = max(lat, hit[0])
         for key, frac in hit[1]:
             load[key] += frac
-    if lat < 0:
-        return None
-    cap = fabric.capacity_gb_s
-    return Share(min(cap(key) / n for key, n in load.items()), lat)
+    return _bottleneck(fabric, load, lat)
