@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from solver.cost.accounting import (
-    Flops, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
+    Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
     ring_allreduce_lower_bound_s, run_time, training_flops,
 )
 from solver.errors import InfeasibleError, Problem, SpecError
@@ -42,6 +42,11 @@ def layout_fields(entry: dict[str, Any]) -> dict[str, Any]:
     """Every LayoutSpec field a layout entry (ranked layout, ladder rung) carries, placement
     (rank_order) and pipeline split (pipeline_layers) included."""
     return {k: entry[k] for k in LayoutSpec.model_fields if k in entry}
+
+
+def _state_dict(state: StateBytes) -> dict[str, float]:
+    """Per-GPU model state by component (bytes); `model_state` repeats the total."""
+    return {"model_state": state.total, **state.as_dict()}
 
 
 def _grad_sync(model_params: int, training: TrainingSpec, cluster: ClusterSpec,
@@ -83,10 +88,7 @@ def estimate_accounting(model: ModelSpec, cluster: ClusterSpec, training: Traini
     return {
         "layout": layout_dict(layout),
         "gpus": layout.gpus,
-        "memory_per_gpu_bytes": {
-            "model_state": state.total, "weights": state.weights,
-            "gradients": state.gradients, "optimizer": state.optimizer, "total": state.total,
-        },
+        "memory_per_gpu_bytes": _state_dict(state),
         "memory_capacity_bytes": capacity,
         "memory_free_bytes": capacity - state.total,
         "fits": state.total <= capacity,
@@ -137,7 +139,7 @@ def _rung(n: int, training: TrainingSpec, cluster: ClusterSpec, layout: LayoutSp
     return {
         **layout_dict(layout),
         "gpus": layout.gpus,
-        "memory_per_gpu_bytes": {**state.as_dict(), "model_state": state.total},
+        "memory_per_gpu_bytes": _state_dict(state),
         "memory_free_bytes": free,
         "free_fraction": free / capacity,
         "fits": free >= headroom_fraction * capacity,
