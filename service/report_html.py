@@ -14,8 +14,6 @@ from typing import Any
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
 STATE_PARTS = ("weights", "gradients", "optimizer")
-LAYOUT_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage",
-                  "micro_batch", "recompute")
 
 
 def _num(value: Any) -> float | None:
@@ -168,21 +166,13 @@ SUMMARY = (("Parameters", "parameters.total"), ("Model state, bytes", "memory.mo
            ("Predicted GPU-hours", "prediction.gpu_hours"))
 
 
-def _layout_rows(plan: dict[str, Any], charted: list[dict[str, Any]]) -> list[list[Any]]:
-    """Plan layouts; the cost model's numbers of the charted ones fill what the plan lacks."""
-    rows = []
-    for i, entry in enumerate(plan.get("layouts") or []):
-        if i < len(charted):
-            entry = {**charted[i], **{k: v for k, v in entry.items() if v is not None},
-                     "memory_per_gpu_bytes": charted[i].get("memory_per_gpu_bytes")
-                     or entry.get("memory_per_gpu_bytes")}
-            entry = {**entry, "step_time_s": entry.get("step_time_s", charted[i].get("step_time_s")),
-                     "mfu": entry.get("mfu", charted[i].get("mfu"))}
-        total = _dig(entry, "memory_per_gpu_bytes.total")
-        rows.append([i + 1] + [entry.get(c) for c in LAYOUT_COLUMNS]
-                    + [entry.get("step_time_s"), entry.get("mfu"),
-                       None if _num(total) is None else total / 1e9, entry.get("fits")])
-    return rows
+def _layout_rows(layouts: list[dict[str, Any]], columns: tuple[str, ...]) -> list[list[Any]]:
+    """One row per plan layout: rank, layout fields, step time, MFU, memory (GB), fits."""
+    return [[i] + [entry.get(c) for c in columns]
+            + [entry.get("step_time_s"), entry.get("mfu"),
+               None if _num(total := _dig(entry, "memory_per_gpu_bytes.total")) is None
+               else total / 1e9, entry.get("fits")]
+            for i, entry in enumerate(layouts, 1)]
 
 
 def _ladder_section(choice: dict[str, Any] | None) -> str:
@@ -324,8 +314,10 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
     title = f"trainplan: {report.get('model', 'model')} on {report.get('cluster', 'cluster')}"
     summary = _table(["quantity", "value"], [[name, _dig(plan, path)] for name, path in SUMMARY],
                      "summary")
-    layouts = _table(["#"] + list(LAYOUT_COLUMNS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
-                     _layout_rows(plan, ranked), "layouts")
+    from solver.plan import LAYOUT_FIELDS  # the plan's layout fields, in contract order
+
+    layouts = _table(["#"] + list(LAYOUT_FIELDS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
+                     _layout_rows(plan.get("layouts") or [], LAYOUT_FIELDS), "layouts")
     charts = ""
     if rows:
         charts = (f"<h2>Per-GPU memory, top {len(ranked)} layouts</h2>"
