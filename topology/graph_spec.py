@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class StrictModel(BaseModel):
-    """Same policy as topology.spec.StrictModel (kept here so spec.py can import this module)."""
+    """Base of every input spec: strict types, unknown keys rejected, immutable.
+
+    Defined here, the one module spec.py imports, and re-exported as topology.spec.StrictModel."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from topology.graph_spec import TopologySpec
-
-
-class StrictModel(BaseModel):
-    """Base of every input spec: strict types, unknown keys rejected, immutable."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+from topology.errors import Problem, SpecError
+from topology.graph_spec import StrictModel, TopologySpec
 
 
 class GpuSpec(StrictModel):
@@ -86,26 +81,22 @@ def parse_spec(cls: type[StrictModel], data: Any, root: str) -> Any:
     Field paths are dotted from `root` (e.g. 'cluster.gpu.memory_gb').
     Raises: SpecError.
     """
-    from pydantic import ValidationError
-
-    from topology.errors import Problem, SpecError
-
     if isinstance(data, cls):
         return data
     try:
         return cls.model_validate(data) if not isinstance(data, (str, bytes)) else cls.model_validate_json(data)
     except ValidationError as exc:
-        problems = [_problem(root, err, Problem) for err in exc.errors()]
+        problems = [_problem(root, err) for err in exc.errors()]
         raise SpecError(f"invalid {root}: " + "; ".join(map(str, problems)), problems) from None
 
 
-def _problem(root: str, err: dict, problem_cls: type) -> Any:
+def _problem(root: str, err: dict) -> Problem:
     """One Problem; a cross-field message 'field: reason' is filed under that field."""
     path, reason = _path(root, err["loc"]), _reason(err)
     field, sep, rest = reason.partition(": ")
     if err.get("type") == "value_error" and sep and field.replace("_", "").isalnum():
-        return problem_cls(f"{path}.{field}", rest)
-    return problem_cls(path, reason)
+        return Problem(f"{path}.{field}", rest)
+    return Problem(path, reason)
 
 
 def _path(root: str, loc: tuple) -> str:
