@@ -17,7 +17,9 @@ from solver.cost.accounting import (
     ring_allreduce_lower_bound_s, run_time, training_flops,
 )
 from solver.errors import InfeasibleError, Problem, SpecError
-from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
+from solver.specs import (
+    LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model, tp_splits_heads,
+)
 from topology.groups import group_links
 from topology.spec import ClusterSpec
 
@@ -126,8 +128,7 @@ def largest_tp(model: ModelSpec, gpus_per_node: int) -> int:
     divide the KV heads or be a multiple of them (KV heads replicated), as in Megatron-LM.
     """
     ok = [t for t in range(1, gpus_per_node + 1)
-          if gpus_per_node % t == 0 and model.heads % t == 0
-          and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+          if gpus_per_node % t == 0 and tp_splits_heads(model, t)]
     return max(ok)
 
 

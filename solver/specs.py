@@ -137,6 +137,13 @@ class LayoutSpec(StrictModel):
         return self.tp * self.pp * self.dp * self.cp
 
 
+def tp_splits_heads(model: ModelSpec, tp: int) -> bool:
+    """TP divides the query heads and either divides the KV heads or is a multiple of them
+    (KV heads replicated when TP > kv_heads; Megatron-LM `num_query_groups`)."""
+    kv_ok = model.kv_heads % tp == 0 if tp <= model.kv_heads else tp % model.kv_heads == 0
+    return model.heads % tp == 0 and kv_ok
+
+
 def check_layout_fits_model(model: ModelSpec, training: TrainingSpec, layout: LayoutSpec) -> list[str]:
     """Cross-spec shape checks. Returns 'field: reason' strings (empty when the layout is valid)."""
     out: list[str] = []
