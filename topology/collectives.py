@@ -104,12 +104,10 @@ def alltoall_time_s(message_bytes: float, link: GroupLink) -> float:
     Uses the routed all-to-all bandwidth; where it was not computed (very large groups,
     see groups.A2A_FLOW_LIMIT) the ring figure stands in, an optimistic bound.
     """
-    p = link.size
-    if p <= 1:
-        return 0.0
-    bw = link.alltoall_bandwidth_gb_s or link.bandwidth_gb_s
-    alpha = link.alltoall_latency_s if link.alltoall_latency_s is not None else link.latency_s
-    return (p - 1) * alpha + (p - 1) / p * message_bytes / (bw * GB)
+    routed = link.alltoall_bandwidth_gb_s is not None
+    bw = link.alltoall_bandwidth_gb_s if routed else link.bandwidth_gb_s
+    alpha = link.alltoall_latency_s if routed else link.latency_s
+    return _ring_rs_s(message_bytes, link.size, bw, alpha)  # same (p-1) alpha + (p-1)/p n / B form
 
 
 def p2p_time_s(message_bytes: float, link: GroupLink) -> float:
