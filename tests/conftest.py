@@ -1,4 +1,6 @@
 """Shared fixtures: the seed problem's specs (reference/seed-70b-plan.md)."""
+from pathlib import Path
+
 import pytest
 
 from solver.presets import load_model, load_training
@@ -29,7 +31,7 @@ def seed_layout():
 
 
 # shared/ sits beside the repository (in sessions and in CI alike): <repo>/../shared.
-SHARED_DIR = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "shared"
+SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 CALIBRATION_RUNS = SHARED_DIR / "calibration" / "runs.jsonl"
 
 
