@@ -9,7 +9,7 @@ import pytest
 
 from solver.cost.estimate import estimate_layout
 from solver.presets import load_model
-from solver.search import exhaustive_search, search_layouts
+from solver.search import SearchOptions, exhaustive_search, search_layouts
 from solver.specs import LayoutSpec, TrainingSpec
 from topology.groups import group_links
 from tests.topology.helpers import cluster
@@ -60,7 +60,7 @@ def test_search_over_both_orders_equals_exhaustive(problem):
     model, c, training = problem
     opts = {"top_k": 5, "rank_orders": list(ORDERS)}
     res = search_layouts(model, c, training, opts)
-    ex = exhaustive_search(model, c, training, res_options(opts))
+    ex = exhaustive_search(model, c, training, SearchOptions(**opts))
     assert [round(r.objective_units) for r in res.layouts] == [round(e.objective_units) for e in ex[:5]]
     assert res.layouts[0].estimate.step_time_s == pytest.approx(ex[0].estimate.step_time_s)
     assert res.status == "OPTIMAL"
@@ -69,9 +69,3 @@ def test_search_over_both_orders_equals_exhaustive(problem):
         single = search_layouts(model, c, training, {"top_k": 1, "rank_orders": [order]})
         assert res.layouts[0].estimate.step_time_s <= single.layouts[0].estimate.step_time_s + 1e-12
         assert single.layouts[0].layout.rank_order == order
-
-
-def res_options(opts):
-    from solver.search import SearchOptions
-
-    return SearchOptions(**opts)

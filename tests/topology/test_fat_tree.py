@@ -69,6 +69,14 @@ def test_nvl72_tp8_fills_every_gpu():
 def test_fat_tree_presets_load_and_route():
     c = load_cluster("dgx-h100-superpod-fattree")
     assert c.topology.kind == "rail_optimized" and c.gpus == 1024
+    # Hand check of TP8 x DP128 from the preset's figures: TP fills a node (360 GB/s NVLink,
+    # 3 us); a DP step goes GPU g -> GPU g of the next node on rail g, one flow per 45 GB/s
+    # NIC, no oversubscription -> 45 GB/s; the slowest step leaves its 32-node scalable
+    # unit: NIC 5 us + leaf-spine 0.5 us + spine-leaf 0.5 us + NIC 5 us = 11 us.
+    links = group_links(c, 8, 1, 128, 1)
+    assert links["tp"].bandwidth_gb_s == 360 and links["tp"].latency_s == pytest.approx(3e-6)
+    assert links["dp"].bandwidth_gb_s == pytest.approx(45, rel=1e-12)
+    assert links["dp"].latency_s == pytest.approx(11e-6, rel=1e-9) and links["dp"].domains == 128
 
 
 def test_best_order_keeps_the_heavy_group_inside_a_leaf():
@@ -83,3 +91,5 @@ def test_best_order_keeps_the_heavy_group_inside_a_leaf():
     cost = lambda lk: allreduce_time_s(1e10, lk["tp"]) + p2p_time_s(1e9, lk["pp"])  # noqa: E731
     order, links, _ = best_order(c, 4, 1, 2, 4, cost)
     assert links["pp"].bandwidth_gb_s == pytest.approx(50.0) and order.index("pp") < order.index("dp")
+    # Every order costs the same: the tie keeps Megatron's order (listed first).
+    assert best_order(c, 4, 1, 2, 4, lambda lk: 1.0)[0] == ("tp", "cp", "dp", "pp")
