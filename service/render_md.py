@@ -158,6 +158,20 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
             "reduction tail after backward is exposed communication."]
 
 
+def grid_cells(g: dict[str, Any]) -> list[Any]:
+    """One row of stage 2's scaling grid as text (GB = 1e9 bytes; '-' or 'n/a' when not
+    predicted): GPUs, DP, accumulation, tokens/step, ZeRO, model state/GPU, memory/GPU,
+    step time, MFU, note. The Markdown plan and the HTML report both print these cells."""
+    def count(key: str) -> str:
+        return "-" if g.get(key) is None else f"{g[key]:,}"
+
+    return [count("gpus"), count("dp"), count("grad_accum"), count("tokens_per_step"),
+            "-" if g.get("zero_stage") is None else f"ZeRO-{g['zero_stage']}",
+            _gb(g.get("model_state_per_gpu_bytes")), _gb(g.get("memory_per_gpu_bytes")),
+            "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
+            "-" if g.get("mfu") is None else f"{g['mfu']:.1%}", g.get("note")]
+
+
 def _stages(plan: dict[str, Any]) -> list[str]:
     s1, s2, s3, s4 = plan["validation_stages"]
     e = s1["expect"]
@@ -167,13 +181,8 @@ def _stages(plan: dict[str, Any]) -> list[str]:
            + ("" if s1["full_model_fits_one_node"] else " (the full model does not fit one node: "
               "use a reduced-depth proxy)") + "; " + "; ".join(s1["checks"]) + ".",
            "", f"**Stage 2, {s2['name']}**: keep the {s2['keep']}.", ""]
-    rows = [[g["gpus"], g["dp"], g["grad_accum"], f"{g['tokens_per_step']:,}",
-             "-" if g["zero_stage"] is None else f"ZeRO-{g['zero_stage']}",
-             _gb(g["model_state_per_gpu_bytes"]), _gb(g.get("memory_per_gpu_bytes")),
-             "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
-             "-" if g.get("mfu") is None else f"{g['mfu']:.1%}", g["note"]] for g in s2["grid"]]
     out += _table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
-                   "predicted step", "predicted MFU", "note"], rows)
+                   "predicted step", "predicted MFU", "note"], [grid_cells(g) for g in s2["grid"]])
     out += ["", "Record: " + ", ".join(s2["record"]) + ".",
             "", f"**Stage 3, {s3['name']}**: checkpoint size about {_gb(s3['checkpoint_bytes'])} "
             "(weights + optimizer); " + "; ".join(s3["checks"]) + ".",

@@ -229,18 +229,12 @@ def _gb_text(value: Any) -> str:
 
 
 def _grid_table(grid: list[dict[str, Any]]) -> str:
-    """Stage 2's scaling grid: one row per GPU count (GB = 1e9 bytes, MFU in percent)."""
-    rows = [[f"{g.get('gpus'):,}" if _num(g.get("gpus")) is not None else g.get("gpus"), g.get("dp"),
-             g.get("grad_accum"),
-             f"{g['tokens_per_step']:,}" if _num(g.get("tokens_per_step")) is not None else None,
-             None if g.get("zero_stage") is None else f"ZeRO-{g['zero_stage']}",
-             _gb_text(g.get("model_state_per_gpu_bytes")), _gb_text(g.get("memory_per_gpu_bytes")),
-             "—" if _num(g.get("step_time_s")) is None else f"{g['step_time_s']:.2f}",
-             "—" if _num(g.get("mfu")) is None else f"{g['mfu'] * 100:.1f}", g.get("note")]
-            for g in grid]
+    """Stage 2's scaling grid: one row per GPU count, the cells of the Markdown plan."""
+    from service.render_md import grid_cells
+
     return _table(["gpus", "dp", "grad_accum", "tokens_per_step", "zero_stage",
-                   "model state/GPU GB", "memory/GPU GB", "step s", "MFU %", "note"],
-                  rows, "scaling-grid")
+                   "model state/GPU", "memory/GPU", "step", "MFU", "note"],
+                  [grid_cells(g) for g in grid], "scaling-grid")
 
 
 def _stage_facts(stage: dict[str, Any]) -> list[str]:
