@@ -7,7 +7,7 @@ from typing import Any, Callable
 from solver.errors import InfeasibleError, Problem, SolverTimeoutError, SpecError
 from solver.search.cpsat import LayoutModel
 from solver.search.driver import Evaluator, optimize, ranked_window
-from solver.search.exhaustive import evaluate
+from solver.search.exhaustive import evaluator
 from solver.search.model import TermRows, coefficients
 from solver.search.options import SearchOptions
 from solver.search.result import RankedLayout, SearchResult
@@ -29,8 +29,9 @@ def default_rows(cost_options: Any = None, prune: bool = False) -> RowsBuilder:
 
 
 def default_evaluator(model, cluster, training, options, cost_options=None) -> Evaluator:
-    """The cost model's verdict on one layout (solver.search.exhaustive.evaluate)."""
-    return lambda layout: evaluate(model, cluster, training, options, layout, cost_options)
+    """The cost model's verdict on one layout (solver.search.exhaustive.evaluate), one cost
+    context for the whole search."""
+    return evaluator(model, cluster, training, options, cost_options)
 
 
 def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

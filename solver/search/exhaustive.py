@@ -8,7 +8,7 @@ layout's fields so equal objectives have a fixed order. Nothing clever on purpos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from solver.search.objective import meets_deadline, objective_units
 from solver.search.options import SearchOptions
@@ -56,21 +56,32 @@ def with_search_split(ctx: Any, options: SearchOptions, layout: LayoutSpec) -> L
     return layout.model_copy(update={"pipeline_layers": split})
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
-             layout: LayoutSpec, cost_options: Any = None) -> Evaluated | None:
-    """The cost model's verdict on one layout; None when it does not fit or misses the deadline."""
+def evaluator(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
+              cost_options: Any = None) -> Callable[[LayoutSpec], Evaluated | None]:
+    """`evaluate` for one problem: one cost context (placement options.rank_orders[0]) shared
+    by every layout, so the cost terms' caches, keyed on the context, hit across layouts."""
     from solver.cost.estimate import estimate_with_context, make_context
     from solver.cost.terms import with_rank_order
 
     order = options.rank_orders[0]
     ctx = with_rank_order(make_context(model, cluster, training, cost_options), order)
-    if layout.rank_order != order:
-        layout = layout.model_copy(update={"rank_order": order})
-    layout = with_search_split(ctx, options, layout)
-    est = estimate_with_context(ctx, layout)
-    if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
-        return None
-    return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
+
+    def verdict(layout: LayoutSpec) -> Evaluated | None:
+        if layout.rank_order != order:
+            layout = layout.model_copy(update={"rank_order": order})
+        layout = with_search_split(ctx, options, layout)
+        est = estimate_with_context(ctx, layout)
+        if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
+            return None
+        return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
+
+    return verdict
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, options: SearchOptions,
+             layout: LayoutSpec, cost_options: Any = None) -> Evaluated | None:
+    """The cost model's verdict on one layout; None when it does not fit or misses the deadline."""
+    return evaluator(model, cluster, training, options, cost_options)(layout)
 
 
 def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -95,7 +106,7 @@ def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: Training
                for e in exhaustive_search(model, cluster, training,
                                           options.model_copy(update={"gpus": g}), cost_options)]
     else:
-        out = [ev for ev in (evaluate(model, cluster, training, options, lo, cost_options)
-                             for lo in layouts) if ev is not None]
+        verdict = evaluator(model, cluster, training, options, cost_options)
+        out = [ev for ev in map(verdict, layouts) if ev is not None]
     out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
     return out
