@@ -16,7 +16,8 @@ def _b(x: float) -> str:
     return f"{x / 1e9:,.2f}B"
 
 
-def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+def md_table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    """Lines of a Markdown table (cells printed with str())."""
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out
@@ -35,7 +36,7 @@ def _parameters(p: dict[str, Any]) -> list[str]:
         ["final norm", f"{c['final_norm']:,}"],
         ["**total**", f"**{p['total']:,}** ({_b(p['total'])})"],
     ]
-    return ["## 1. Parameters", ""] + _table(["component", "parameters"], rows)
+    return ["## 1. Parameters", ""] + md_table(["component", "parameters"], rows)
 
 
 def _memory(m: dict[str, Any]) -> list[str]:
@@ -82,7 +83,7 @@ def _ladder(plan: dict[str, Any]) -> list[str]:
             f"- DP = {lad['dp']}: {lad['dp_reason']}.",
             f"- Lightest ZeRO stage whose model state leaves >= {lad['min_free_fraction']:.0%} "
             "of memory for activations:", ""]
-    out += _table(["layout", "ZeRO", "weights/GPU", "grads/GPU", "optimizer/GPU",
+    out += md_table(["layout", "ZeRO", "weights/GPU", "grads/GPU", "optimizer/GPU",
                    "model state/GPU", "left", "fits"], rows)
     out += ["", f"Ladder choice: TP{lad['tp']} PP{lad['pp']} DP{lad['dp']} "
             f"ZeRO-{lad['chosen_zero_stage']}, {_gb(lad['memory_left_bytes'])} left after model "
@@ -104,7 +105,7 @@ def _ranked(plan: dict[str, Any]) -> list[str]:
            f"Status **{s.get('status', '?')}** in {s.get('seconds', 0):.2f} s; best first."]
     rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
              _gb(d["memory_per_gpu_bytes"]["total"])] for i, d in enumerate(lays, 1)]
-    out += [""] + _table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU"], rows)
+    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU"], rows)
     p = plan["prediction"]
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
     mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")
@@ -181,7 +182,7 @@ def _stages(plan: dict[str, Any]) -> list[str]:
            + ("" if s1["full_model_fits_one_node"] else " (the full model does not fit one node: "
               "use a reduced-depth proxy)") + "; " + "; ".join(s1["checks"]) + ".",
            "", f"**Stage 2, {s2['name']}**: keep the {s2['keep']}.", ""]
-    out += _table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
+    out += md_table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
                    "predicted step", "predicted MFU", "note"], [grid_cells(g) for g in s2["grid"]])
     out += ["", "Record: " + ", ".join(s2["record"]) + ".",
             "", f"**Stage 3, {s3['name']}**: checkpoint size about {_gb(s3['checkpoint_bytes'])} "
@@ -236,8 +237,8 @@ def render_estimate(est: dict[str, Any]) -> str:
         t = est["time_breakdown_s"]
         out += [f"**{est['step_time_s']:.3f} s per step**, MFU {est['mfu']:.1%}, HFU {est['hfu']:.1%}, "
                 f"{est['tokens_per_s']:,.0f} tokens/s", ""]
-        out += _table(["time per step", "seconds"], [[k, f"{v:.3f}"] for k, v in t.items()]) + [""]
-    out += _table(["memory per GPU", "bytes"], rows)
+        out += md_table(["time per step", "seconds"], [[k, f"{v:.3f}"] for k, v in t.items()]) + [""]
+    out += md_table(["memory per GPU", "bytes"], rows)
     return "\n".join(out + [
         "", f"- capacity {_gb(est['memory_capacity_bytes'])}, left {_gb(est['memory_free_bytes'])}: "
             f"**{'fits' if est['fits'] else 'does not fit'}**",

@@ -6,7 +6,8 @@ from typing import Any
 
 from service.cli import emit
 from service.commands.plan import require_training
-from service.render_md import layout_gpus
+from service.render_md import layout_gpus, md_table
+from solver.plan import LAYOUT_FIELDS
 from solver.presets import load_model
 from topology.catalog import load_cluster
 
@@ -53,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COLUMNS = ("rank", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage", "micro_batch",
-           "recompute", "grad_accum")
+COLUMNS = ("rank", *LAYOUT_FIELDS, "grad_accum")
 
 
 def render_search(result: dict[str, Any]) -> str:
@@ -66,10 +66,7 @@ def render_search(result: dict[str, Any]) -> str:
     if s.get("fallback"):
         lines += [f"Note: {s['fallback']}.", ""]
     head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "mfu", "memory_GB"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in result["layouts"]:
-        cells = ([str(r["rank"]), str(layout_gpus(r))] + [str(r[c]) for c in COLUMNS[1:]]
-                 + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
-                    f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"])
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
+            + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
+               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"] for r in result["layouts"]]
+    return "\n".join(lines + md_table(head, rows))
