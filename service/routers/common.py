@@ -62,12 +62,6 @@ class SolveSlots:
             self._sem.release()
 
 
-def solve_slot(request: Request) -> Iterator[None]:
-    """Dependency: hold a solve slot for the duration of a (sync) route."""
-    with request.app.state.slots.hold():
-        yield
-
-
 def _preset(arg: Any, field: str, names: list[str]) -> Any:
     if isinstance(arg, str):
         if arg not in names:
@@ -148,13 +142,20 @@ def load_specs(**args: Any) -> dict[str, Any]:
     return out
 
 
+def problem_specs(settings: Settings, **args: Any) -> dict[str, Any]:
+    """`load_specs(**args)` (model, cluster, ...), the cluster checked against the server's
+    size cap. Raises: SpecError (-> 422)."""
+    specs = load_specs(**args)
+    check_cluster_size(specs["cluster"], settings)
+    return specs
+
+
 def search_inputs(body: Any, settings: Settings) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
     """What a search route needs from its body: (model, cluster, training, search options,
     applied limits), each validated; the cluster checked against the server's size cap.
     Raises: SpecError (-> 422)."""
     from service.routers import solving
 
-    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training)
-    check_cluster_size(specs["cluster"], settings)
+    specs = problem_specs(settings, model=body.model, cluster=body.cluster, training=body.training)
     options, limits = solving.search_options(body.options, settings)
     return specs["model"], specs["cluster"], specs["training"], options, limits

@@ -5,7 +5,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from service.routers import solving
-from service.routers.common import app_settings, check_cluster_size, load_specs, require_token
+from service.routers.common import app_settings, problem_specs, require_token
 from service.routers.errors import jsonable
 from service.routers.schemas import EstimateIn, error_responses
 from service.settings import Settings
@@ -17,10 +17,9 @@ router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(requir
              responses=error_responses(401, 413, 422, 503))
 def post_estimate(body: EstimateIn, request: Request,
                   settings: Settings = Depends(app_settings)) -> JSONResponse:
-    specs = load_specs(model=body.model, cluster=body.cluster, training=body.training,
-                       layout=body.layout)
+    specs = problem_specs(settings, model=body.model, cluster=body.cluster,
+                          training=body.training, layout=body.layout)
     model, cluster, training, layout = (specs[k] for k in ("model", "cluster", "training", "layout"))
-    check_cluster_size(cluster, settings)
     with request.app.state.slots.hold():
         result = solving.run_estimate(model, cluster, training, layout)
     return JSONResponse(jsonable(result))
