@@ -45,10 +45,12 @@ STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
 class _Terms:
     """Memoized term evaluations for one problem (each keyed by its own scalars only)."""
 
-    def __init__(self, ctx: CostContext, split_uneven: bool | None = None) -> None:
+    def __init__(self, ctx: CostContext, split_uneven: bool | None = None, with_time: bool = True) -> None:
         """split_uneven: None charges every stage as the busiest rank (the default cost
-        model); True/False gives each pp > 1 row the split step.chosen_split assigns."""
-        self.ctx, self.split_uneven = ctx, split_uneven
+        model); True/False gives each pp > 1 row the split step.chosen_split assigns.
+        with_time=False: pipeline seconds are 0 (memory-only questions); time terms are then
+        evaluated only where a split is chosen (the split decides the memory)."""
+        self.ctx, self.split_uneven, self.with_time = ctx, split_uneven, with_time
         self.emb = lru_cache(maxsize=None)(
             lambda tp, cp, mb: T.embedding_s(ctx, tp=tp, cp=cp, micro_batch=mb))
         self.layer = lru_cache(maxsize=None)(self._layer)
@@ -125,8 +127,8 @@ class _Terms:
         """(split, pipeline seconds, activation bytes, stage profile) of a pipeline row
         (split, pipe_s and act; memoized: the pruning and the tables share them)."""
         split = self.split(tp, pp, cp, dp, vpp, mb, sp, rc, m)
-        return (split, self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, m, split),
-                *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split))
+        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, m, split) if self.with_time else 0.0
+        return (split, pipe_s, *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split))
 
     def _pair_memory(self, shard: tuple, vpp: int, rc: str, m: int) -> float:
         """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb) with
@@ -162,8 +164,8 @@ class _Terms:
                                               profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n)))
         if split == split0:
             return split0, pipe0, total0
-        return (split, self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m, split),
-                self.variant_memory(shard, vpp, rc, m, split))
+        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m, split) if self.with_time else 0.0
+        return split, pipe_s, self.variant_memory(shard, vpp, rc, m, split)
 
     def _no_split_fits(self, shard: tuple, rc: str, m: int) -> bool:
         """A shortcut (vpp = 1): True only when no split of the layers fits memory, so that the
@@ -231,7 +233,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     """The two cost tables over the structurally valid rows of `lm` (see module docstring).
 
     with_time=False leaves the time columns at 0: memory-only questions (what fits?) need
-    no communication terms, hence no topology queries, and build much faster.
+    no time terms, hence no topology queries, and build much faster (with split_stages the
+    time terms still pick each row's split, which decides its memory).
     prune=True keeps only the row groups that can hold one of the lm.options.top_k best
     layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
     deadline (time.perf_counter() seconds): building the rows, and their fit tests, raise
@@ -244,7 +247,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
 
     ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
                           lm.options.rank_orders[0])
-    t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None)
+    t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None, with_time)
     accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
 
     def accum_of(dp: int, mb: int) -> int:
@@ -262,7 +265,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
         keys.append(key)
         splits.append(split)
-        pipe.append(time_int(pipe_s) if with_time else 0)
+        pipe.append(time_int(pipe_s))  # 0 without time columns
         act.append(a)
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
                      for z in lm.values["zero_stage"]})
@@ -271,7 +274,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     rest = [t.rest(*shard) for shard in shards if in_time()]
     usable = usable_memory_bytes(ctx)
     if t.split_uneven:
-        _add_memory_variants(t, keys, splits, pipe, act, shards, accum, with_time)
+        _add_memory_variants(t, keys, splits, pipe, act, shards, accum)
 
     def choice(i: int, j: int) -> tuple:
         tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
@@ -297,7 +300,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
 
 
 def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: list, shards: list,
-                         accum: dict, with_time: bool) -> None:
+                         accum: dict) -> None:
     """One more pipeline row per (key, split) that some shard row of its group gets instead of
     the key's fastest split because that one does not fit (step.memory_aware_split); the
     pair fits only on the row whose split its layout is assigned (TermRows.fits)."""
@@ -317,5 +320,5 @@ def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: l
                 seen.add((key, split))
                 keys.append(key)
                 splits.append(split)
-                pipe.append(time_int(pipe_s) if with_time else 0)
+                pipe.append(time_int(pipe_s))
                 act.append(t.act(tp, cp, bool(sp), rcn, mb, pp, vpp, m, split)[0])

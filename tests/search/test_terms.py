@@ -57,3 +57,19 @@ def test_small_tables_match_the_cost_model():
     model = tiny_model(6, 8, 2, 64, 4, True)
     cluster = binding_cluster(model, 2, 4, 0.6)
     assert check_pairs(model, cluster, tiny_training(1024, 16), samples=300) == {True, False}
+
+
+@pytest.mark.parametrize("split_stages", [False, True])
+def test_memory_only_tables_have_the_same_rows_and_fits(split_stages):
+    """with_time=False (the explanation's fit questions): the same rows, splits, memory and
+    fit verdicts as the full tables, and every time column 0."""
+    model = tiny_model(6, 8, 2, 64, 4, True)
+    cluster, training = binding_cluster(model, 2, 4, 0.6), tiny_training(1024, 16)
+    lm = LayoutModel(model, cluster, training, SearchOptions(split_stages=split_stages))
+    full, mem = term_rows(lm), term_rows(lm, with_time=False)
+    assert (mem.pipe_keys, mem.shard_keys, mem.pipe_splits) == (full.pipe_keys, full.shard_keys, full.pipe_splits)
+    assert set(mem.pipe_units) == set(mem.shard_units) == {0} and set(full.pipe_units) != {0}
+    pairs = [(i, j) for pipes, shards, _ in full.groups().values() for i in pipes for j in shards]
+    assert [mem.fits(i, j) for i, j in pairs] == [full.fits(i, j) for i, j in pairs]
+    assert [mem.memory(i, j) for i, j in pairs] == [full.memory(i, j) for i, j in pairs]
+    assert {full.fits(i, j) for i, j in pairs} == {True, False}
