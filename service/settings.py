@@ -8,7 +8,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ENV_PREFIX = "TRAINPLAN_"
 
@@ -47,6 +47,13 @@ class Settings(BaseModel):
         description="Largest cluster (nodes x gpus_per_node) a request may describe (422 above).")
     max_solver_workers: int = Field(
         default=2, ge=1, description="Cap on a request's CP-SAT workers (options.workers).")
+
+    @field_validator("api_token")
+    @classmethod
+    def _empty_token_is_none(cls, value: str | None) -> str | None:
+        """An empty token (e.g. compose's `${TRAINPLAN_API_TOKEN:-}`) means no token, not a
+        token no client can send."""
+        return value or None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":

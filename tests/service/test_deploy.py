@@ -49,3 +49,11 @@ def test_k8s_kinds_and_settings_names():
     assert names and names <= known, names - known
     config = dict(re.findall(r"^  (TRAINPLAN_[A-Z_]+): \"([^\"]*)\"", texts["configmap.yaml"], re.M))
     Settings.from_env({**config, "TRAINPLAN_DATABASE_URL": "sqlite://"})  # values parse
+
+
+def test_compose_default_empty_token_leaves_routes_open(make_client):
+    """docker-compose.yml passes TRAINPLAN_API_TOKEN as `${TRAINPLAN_API_TOKEN:-}`: unset, the
+    variable is the empty string, which must mean "no token" (else every /v1 call is a 401)."""
+    assert "TRAINPLAN_API_TOKEN: ${TRAINPLAN_API_TOKEN:-}" in (DEPLOY / "docker-compose.yml").read_text()
+    assert Settings.from_env({"TRAINPLAN_API_TOKEN": ""}).api_token is None
+    assert make_client(api_token="").get("/v1/presets").status_code == 200
