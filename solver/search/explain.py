@@ -127,14 +127,16 @@ def lightest_layout(model, cluster, training, options, cost_options=None,
     """The layout with the least per-GPU memory (memory limit dropped), re-evaluated.
 
     CP-SAT minimizes the rows' memory parts (rounded down to MEMORY_UNIT_BYTES) over the
-    same two-table model without the fit constraints. Raises: SolverTimeoutError when the
-    tables or the solve are not done by `deadline` (time.perf_counter() seconds).
+    same two-table model without the fit constraints (a memory question: the tables are
+    built without time columns). Raises: SolverTimeoutError when the tables or the solve
+    are not done by `deadline` (time.perf_counter() seconds).
     """
     from solver.cost.estimate import estimate_layout
     from solver.search.model import SearchModel, coefficients
     from solver.search.terms import term_rows
 
-    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, deadline=deadline)
+    rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False,
+                     deadline=deadline)
     if not rows.pipe_keys:
         return None
     sm = SearchModel(rows, coefficients(rows, options.model_copy(update={"objective": "step_time"}),
@@ -148,14 +150,7 @@ def lightest_layout(model, cluster, training, options, cost_options=None,
     layout = sm.layout(*sm.chosen(solver.value))
     est = estimate_layout(model, cluster, training, layout, cost_options)
     return {"layout": layout.model_dump(), "memory_per_gpu_bytes": est.memory_per_gpu_bytes,
-            "usable_bytes": _usable_bytes(cluster, cost_options)}
-
-
-def _usable_bytes(cluster: ClusterSpec, cost_options) -> float:
-    from solver.cost.options import DEFAULT_OPTIONS
-
-    margin = (cost_options or DEFAULT_OPTIONS).memory_margin_fraction
-    return cluster.gpu.memory_bytes * (1 - margin)
+            "usable_bytes": est.memory_margin.usable_bytes}
 
 
 def fitting_layout(model, cluster, training, options: SearchOptions, cost_options=None,
