@@ -192,23 +192,29 @@ def _stages(plan: dict[str, Any]) -> list[str]:
     return out
 
 
-def _failures(checks: list[dict[str, Any]]) -> list[str]:
-    out = ["", "## Failure checks", ""]
+def failure_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """One sentence per failure check (solver.plan.failure_checks): what to watch, the
+    threshold or alternative, and its signal. The Markdown plan and the HTML report print these."""
+    out = []
     for c in checks:
         if "threshold_s" in c:
-            out.append(f"- {c['check']}: > {c['threshold_s']:.2f} s; {c['signal']}.")
+            out.append(f"{c['check']}: > {c['threshold_s']:.2f} s; {c['signal']}.")
         elif "threshold_bytes" in c:
-            out.append(f"- {c['check']}: > {_gb(c['threshold_bytes'])} beyond model state; {c['signal']}.")
+            out.append(f"{c['check']}: > {_gb(c['threshold_bytes'])} beyond model state; {c['signal']}.")
         elif "if_lower" in c:
             alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
                              for x in c["if_lower"])
-            out.append(f"- {c['check']} ({c['assumed_mfu']:.0%}): {alts}.")
+            out.append(f"{c['check']} ({c['assumed_mfu']:.0%}): {alts}.")
         elif "tokens_per_step" in c:
-            out.append(f"- {c['check']}: {c['tokens_per_step']:,} vs target "
+            out.append(f"{c['check']}: {c['tokens_per_step']:,} vs target "
                        f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
         else:
-            out.append(f"- {c['check']}: {c['signal']}.")
+            out.append(f"{c['check']}: {c['signal']}.")
     return out
+
+
+def _failures(checks: list[dict[str, Any]]) -> list[str]:
+    return ["", "## Failure checks", ""] + [f"- {line}" for line in failure_lines(checks)]
 
 
 def _assumptions(items: list[str]) -> list[str]:

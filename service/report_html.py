@@ -190,27 +190,14 @@ def _ladder_section(choice: dict[str, Any] | None) -> str:
             + (_table(["component", "seconds more than the best"], why, "ladder-why") if why else ""))
 
 
-def _item(item: Any) -> str:
-    """One list entry: a string, or an object shown as its name, its checks, then the rest."""
-    if not isinstance(item, dict):
-        return escape(item if isinstance(item, str) else json.dumps(item))
-    name = item.get("name") or item.get("check") or item.get("title")
-    out = f"<strong>{escape(str(name))}</strong>" if name else ""
-    checks = item.get("checks")
-    if isinstance(checks, list):
-        out += "<ul>" + "".join(f"<li>{escape(str(c))}</li>" for c in checks) + "</ul>"
-    rest = {k: v for k, v in item.items() if v not in (None, [], {}) and k not in
-            ("name", "check", "title", "checks")}
-    if rest:
-        out += f"<pre>{escape(json.dumps(rest, indent=1))}</pre>"
-    return out
-
-
-def _list_section(title: str, items: Any) -> str:
-    if not items:
+def _failures_section(checks: Any) -> str:
+    """The plan's failure checks, one sentence each (the lines of the Markdown plan)."""
+    if not checks:
         return ""
-    lis = "".join(f"<li>{_item(i)}</li>" for i in (items if isinstance(items, list) else [items]))
-    return f"<h2>{escape(title)}</h2><ul class=\"{escape(title.lower().replace(' ', '-'))}\">{lis}</ul>"
+    from service.render_md import failure_lines
+
+    lis = "".join(f"<li>{escape(line)}</li>" for line in failure_lines(checks))
+    return f"<h2>Failure checks</h2><ul class=\"failure-checks\">{lis}</ul>"
 
 
 def _gpus_of(stage: dict[str, Any]) -> str:
@@ -270,7 +257,7 @@ def _lis(items: Any) -> str:
 def _stage(stage: Any, i: int) -> str:
     """One validation stage: heading (number, name, GPUs), facts, checks, grid, what to record."""
     if not isinstance(stage, dict):
-        return f"<p class=\"stage\">{_item(stage)}</p>"
+        return f"<p class=\"stage\">{escape(stage if isinstance(stage, str) else json.dumps(stage))}</p>"
     gpus = _gpus_of(stage)
     head = (f"Stage {stage.get('stage', i)}: {stage.get('name', '')}" + (f" ({gpus})" if gpus else ""))
     out = f"<h3 class=\"stage\">{escape(head)}</h3>"
@@ -327,6 +314,6 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
             f"<h2>Layouts, best first</h2>{layouts}{charts}"
             + _ladder_section(plan.get("ladder_choice"))
             + _stages_section(plan.get("validation_stages"))
-            + _list_section("Failure checks", plan.get("failure_checks"))
+            + _failures_section(plan.get("failure_checks"))
             + "<h2>Full plan JSON</h2><details><summary>show</summary><pre>"
             + escape(json.dumps(plan, indent=1)) + "</pre></details></body></html>")

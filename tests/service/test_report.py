@@ -181,3 +181,20 @@ def test_validation_stage_values_are_escaped():
     html = render_report({"layouts": [], "validation_stages": stages}, {}, "id")
     assert "<b>n</b>" not in html and "<i>c</i>" not in html and "<script>" not in html
     assert "&lt;b&gt;n&lt;/b&gt;" in html and "Stage 2: s (8 GPUs)" in html
+
+
+def test_failure_checks_are_sentences_not_json(seed_plan):
+    """The report lists each failure check as the Markdown plan's sentence, not a JSON dump."""
+    from html import escape
+
+    from service.render_md import failure_lines, render_plan
+
+    html = render_report(seed_plan, {}, "seed")
+    section = html[html.index("<h2>Failure checks</h2>"):html.index("<details>")]
+    assert "<pre>" not in section and "&quot;" not in section
+    lines = failure_lines(seed_plan["failure_checks"])
+    assert len(lines) == len(seed_plan["failure_checks"]) > 0
+    assert section.count("<li>") == len(lines)
+    md = render_plan(seed_plan)
+    for line in lines:
+        assert f"<li>{escape(line)}</li>" in section and f"- {line}" in md
