@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from solver.search.cpsat import RECOMPUTE_NAMES
+from solver.search.model import pipe_group
 from solver.search.objective import objective_units, run_steps
 from solver.specs import LayoutSpec
 
@@ -31,21 +32,17 @@ from solver.specs import LayoutSpec
 MARGIN = 1e-9
 
 
-def group_of(key: tuple) -> tuple:
-    tp, pp, cp, dp, vpp, mb, sp, rc = key
-    return (tp, pp, cp, dp, sp, mb)
-
-
-def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usable: float) -> list[tuple]:
+def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> list[tuple]:
     """The pipeline keys of the groups that can hold a top-K layout (see module docstring).
 
-    t: the memoized terms (solver.search.terms._Terms); accum(dp, mb) -> accumulation.
+    t: the memoized terms (solver.search.terms._Terms, with its usable memory limit);
+    accum(dp, mb) -> accumulation.
     """
     options, training = lm.options, lm.training
     deadline = options.deadline_s if options.objective == "min_gpus_deadline" else None
     by_group: dict[tuple, list[tuple]] = {}
     for key in keys:
-        by_group.setdefault(group_of(key), []).append(key)
+        by_group.setdefault(pipe_group(key), []).append(key)
     steps: dict[tuple[int, int], int] = {}
 
     def run_steps_of(g: tuple) -> int:
@@ -71,7 +68,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usabl
         if len(worst_k) >= options.top_k and lb > -worst_k[0] * (1 + MARGIN) + 1.0:
             break
         kept.add(g)
-        for value in _group_values(lm, t, g, by_group[g], accum, usable):
+        for value in _group_values(lm, t, g, by_group[g], accum):
             if deadline is not None and run_steps_of(g) * value * (1 + MARGIN) > deadline:
                 continue  # counted only when surely within the deadline
             obj = objective(g, value)
@@ -79,7 +76,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int], usabl
                 heapq.heappush(worst_k, -obj)
             elif obj < -worst_k[0]:
                 heapq.heapreplace(worst_k, -obj)
-    return [k for k in keys if group_of(k) in kept]
+    return [k for k in keys if pipe_group(k) in kept]
 
 
 def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
@@ -93,7 +90,7 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
     return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * head
 
 
-def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> list[float]:
+def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[float]:
     """Step times (s) of every fitting layout of the group (pipeline part + DP/optimizer part)."""
     tp, pp, cp, dp, sp, mb = g
     m = accum(dp, mb)
@@ -103,7 +100,7 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum, usable: float) -> l
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
         for shard, dp_s in shards:
             _, pipe_s, total = t.choice(shard, vpp, rcn, m)  # the split the search assigns the pair
-            if total <= usable:
+            if total <= t.usable:
                 out.append(pipe_s + dp_s)
     return out
 

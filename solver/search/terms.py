@@ -33,7 +33,7 @@ from solver.cost.step import (
 from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.errors import SolverTimeoutError
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
-from solver.search.model import TermRows
+from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import prune_keys
 from solver.search.rules import accumulation
 from solver.search.scaling import time_int
@@ -257,7 +257,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
 
     all_keys = list(lm.pipeline_rows())
     if prune and with_time:
-        all_keys = prune_keys(lm, t, all_keys, accum_of, usable_memory_bytes(ctx))
+        all_keys = prune_keys(lm, t, all_keys, accum_of)
     keys, splits, pipe, act = [], [], [], []
     for key in all_keys:
         in_time()
@@ -272,7 +272,6 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
                    for tp, pp, cp, dp, sp, z, mb in shards]
     rest = [t.rest(*shard) for shard in shards if in_time()]
-    usable = usable_memory_bytes(ctx)
     if t.split_uneven:
         _add_memory_variants(t, keys, splits, pipe, act, shards, accum)
 
@@ -291,7 +290,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         """The pair's layout fits and row i carries the split the search assigns it."""
         in_time()
         split, _, total = choice(i, j)
-        return split == splits[i] and total <= usable
+        return split == splits[i] and total <= t.usable
 
     # Without splits memory_total is a float sum in which the activation bytes enter once, so
     # it never decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
@@ -306,15 +305,14 @@ def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: l
     pair fits only on the row whose split its layout is assigned (TermRows.fits)."""
     by_group: dict[tuple, list[tuple]] = {}
     for shard in shards:
-        tp, pp, cp, dp, sp, zero, mb = shard
-        by_group.setdefault((tp, pp, cp, dp, sp, mb), []).append(shard)
+        by_group.setdefault(shard_group(shard), []).append(shard)
     seen = set(zip(keys, splits))
     for key, split0 in list(zip(keys, splits)):
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         if split0 is None or vpp > 1:
             continue
         rcn, m = RECOMPUTE_NAMES[rc], accum[(dp, mb)]
-        for shard in by_group[(tp, pp, cp, dp, sp, mb)]:
+        for shard in by_group[pipe_group(key)]:
             split, pipe_s, _ = t.choice(shard, vpp, rcn, m)
             if (key, split) not in seen:
                 seen.add((key, split))

@@ -8,7 +8,8 @@ from solver.search import exhaustive_search, search_layouts
 from solver.search.cpsat import LayoutModel
 from solver.search.exhaustive import evaluate
 from solver.search.options import SearchOptions
-from solver.search.prune import _lower_s, group_of
+from solver.search.model import pipe_group
+from solver.search.prune import _lower_s
 from solver.search.rules import accumulation
 from solver.search.space import enumerate_layouts
 from solver.search.terms import _Terms, term_rows
@@ -30,7 +31,7 @@ def test_group_bound_is_below_every_layout_of_the_group(model, shape, training, 
     t = _Terms(make_context(model, cluster, training))
     rows: dict = {}
     for key in lm.pipeline_rows():
-        rows.setdefault(group_of(key), []).append(key)
+        rows.setdefault(pipe_group(key), []).append(key)
     acc = lambda dp, mb: accumulation(training, dp, mb)  # noqa: E731
     for layout in enumerate_layouts(model, cluster, training, options):
         lo = layout
