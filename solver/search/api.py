@@ -10,7 +10,7 @@ from solver.search.driver import Evaluator, optimize, ranked_window
 from solver.search.exhaustive import evaluator
 from solver.search.model import TermRows, coefficients
 from solver.search.options import SearchOptions
-from solver.search.result import RankedLayout, SearchResult
+from solver.search.result import RankedLayout, SearchResult, merge_ranked, relative_gap
 from solver.search.rules import accumulation, pipeline_split
 from solver.search.scaling import TIME_UNIT_S
 from solver.specs import ModelSpec, TrainingSpec
@@ -85,8 +85,6 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
     """
     import dataclasses
 
-    from solver.search.exhaustive import layout_key
-
     t0, results, errors = time.perf_counter(), [], []
     for order in options.rank_orders:
         left_s = max(1e-3, options.time_limit_s - (time.perf_counter() - t0))
@@ -97,18 +95,12 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
             errors.append(exc)
     if not results:
         raise errors[0]
-    top = sorted((r for res in results for r in res.layouts),
-                 key=lambda r: (r.objective_units, layout_key(r.layout)))[: options.top_k]
-    layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
-    proven = not errors or all(isinstance(e, InfeasibleError) for e in errors)
-    proven = proven and all(res.status == "OPTIMAL" for res in results)
-    best = layouts[0].objective_units
-    bound = best if proven else min(res.bound_units for res in results)
-    gap = 0.0 if proven else max(0.0, (best - bound) / max(abs(best), 1e-12))
+    layouts, status, bound, gap = merge_ranked(  # a timed-out order leaves the merge incomplete
+        results, options.top_k, complete=all(isinstance(e, InfeasibleError) for e in errors))
     first = results[0]
     notes = [f"placements searched: {', '.join(options.rank_orders)}"] + first.notes
     return dataclasses.replace(
-        first, layouts=layouts, status="OPTIMAL" if proven else "FEASIBLE",
+        first, layouts=layouts, status=status,
         seconds=time.perf_counter() - t0, bound_units=bound, gap=gap,
         solves=sum(r.solves for r in results), evaluated=sum(r.evaluated for r in results),
         notes=notes, phases={o: r.phases for o, r in zip(options.rank_orders, results)})
@@ -158,7 +150,7 @@ def _result(training, options: SearchOptions, win, best, coef, seconds: float, p
     proven = best.status == "OPTIMAL" and win.complete
     best_exact = coef.exact(top[0].layout, top[0].estimate.step_time_s)
     bound = best_exact if proven else (best.bound - coef.error_units)
-    gap = 0.0 if proven else max(0.0, (best_exact - bound) / max(abs(best_exact), 1e-12))
+    gap = relative_gap(best_exact, bound)
     layouts = [RankedLayout(i + 1, e.layout, e.estimate, e.objective_units,
                             accumulation(training, e.layout.dp, e.layout.micro_batch),
                             _split(layers, e.layout))

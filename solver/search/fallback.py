@@ -11,7 +11,6 @@ pipeline degree admits), and solver.search.api searches the largest few of them.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Callable, NoReturn
 
@@ -20,9 +19,8 @@ import numpy as np
 from solver.errors import InfeasibleError, SolverTimeoutError
 
 from solver.search import rules
-from solver.search.exhaustive import layout_key
 from solver.search.options import SearchOptions
-from solver.search.result import SearchResult
+from solver.search.result import SearchResult, merge_ranked
 from solver.search.space import domains
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
@@ -94,20 +92,14 @@ def search_fewer_gpus(model: ModelSpec, cluster: ClusterSpec, training: Training
 
 def _merge(results: list[SearchResult], options: SearchOptions, target: int, counts: list[int],
            unfinished: list[int], seconds: float, cluster: ClusterSpec) -> SearchResult:
-    top = sorted((r for res in results for r in res.layouts),
-                 key=lambda r: (r.objective_units, layout_key(r.layout)))[: options.top_k]
-    layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
-    proven = not unfinished and all(res.status == "OPTIMAL" for res in results)
-    best = layouts[0].objective_units
-    bound = best if proven else min(res.bound_units for res in results)
-    gap = 0.0 if proven else max(0.0, (best - bound) / max(abs(best), 1e-12))
+    layouts, status, bound, gap = merge_ranked(results, options.top_k, complete=not unfinished)
     used = layouts[0].layout.gpus
     why = (f"no layout uses all {target} GPUs (tp x pp x cp x dp cannot equal {target} under the "
            f"head, layer, sequence and batch rules); searched the largest usable GPU counts "
            f"{counts}: the best layout uses {used} GPUs ({target - used} idle)")
     notes = [why] + results[0].notes[:1] + ([f"unfinished counts: {unfinished}"] if unfinished else [])
     phases = {"gpu_counts": {res.layouts[0].layout.gpus: res.phases for res in results}}
-    return SearchResult(layouts, "OPTIMAL" if proven else "FEASIBLE", seconds, options.objective,
+    return SearchResult(layouts, status, seconds, options.objective,
                         bound, gap, sum(res.solves for res in results),
                         sum(res.evaluated for res in results), None, notes, phases,
                         gpus_available=cluster.available_gpus, fallback=why)

@@ -1,9 +1,11 @@
 """Search results: ranked layouts with their estimates, the solver status, and timing."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from solver.search.exhaustive import layout_key
 from solver.specs import LayoutSpec
 
 Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
@@ -70,3 +72,22 @@ class SearchResult:
                        "fallback": self.fallback},
             "explanation": self.explanation,
         }
+
+
+def relative_gap(best: float, bound: float) -> float:
+    """(best - bound) / |best|, at least 0: how much better than `best` the optimum may be."""
+    return max(0.0, (best - bound) / max(abs(best), 1e-12))
+
+
+def merge_ranked(results: list[SearchResult], top_k: int,
+                 complete: bool) -> tuple[list[RankedLayout], Status, float, float]:
+    """(layouts, status, bound, gap) of several exact searches merged: their top_k layouts
+    re-ranked by objective (exact ties by the layout's fields). OPTIMAL only when the merge
+    is `complete` (no part left unsearched) and every search proved its optimum."""
+    top = sorted((r for res in results for r in res.layouts),
+                 key=lambda r: (r.objective_units, layout_key(r.layout)))[:top_k]
+    layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
+    proven = complete and all(res.status == "OPTIMAL" for res in results)
+    best = layouts[0].objective_units
+    bound = best if proven else min(res.bound_units for res in results)
+    return layouts, "OPTIMAL" if proven else "FEASIBLE", bound, relative_gap(best, bound)
