@@ -26,7 +26,6 @@ from topology.spec import ClusterSpec
 FIELDS = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "recompute", "sequence_parallel")
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
-FAMILIES = ("tensor", "pipeline", "context", "gpus", "batch")
 
 
 class LayoutModel:

@@ -3,9 +3,9 @@
 CP-SAT works on integers. Times are expressed in TIME_UNIT_S (1 microsecond) and
 memory in MEMORY_UNIT_BYTES (1 kB = 1e3 bytes). `to_int` rounds to the nearest unit,
 so one scaled value is off by at most half a unit (`resolution`, tested in
-tests/search/test_scaling.py). `floor_int` is used where CP-SAT must keep a superset
-of the evaluator's feasible set (memory <= capacity): the evaluator's float `fits`
-then removes the few layouts the rounding let through.
+tests/search/test_scaling.py). Memory is rounded down (`memory_floor`) only where the
+explanation minimizes it (solver.search.explain.lightest_layout, whose layout the cost
+model then re-evaluates); the search's fit test compares unrounded bytes (solver.search.terms).
 
 Units: TIME_UNIT_S seconds per integer step; MEMORY_UNIT_BYTES bytes per integer step.
 """
@@ -15,11 +15,6 @@ import math
 
 TIME_UNIT_S = 1e-6
 MEMORY_UNIT_BYTES = 1e3
-# Largest magnitude we let a scaled value reach (CP-SAT integers are int64; products of
-# two scaled values must stay below 2^62).
-MAX_SCALED = 2**31
-
-
 # Scaled magnitudes beyond this cannot be CP-SAT coefficients (int64, with room for sums).
 MAX_SOLVER_INT = 2**53
 
