@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 from solver.search.cpsat import make_solver
 from solver.search.exhaustive import Evaluated, layout_key
 from solver.search.model import (
-    Coefficients, SearchModel, TermRows, incumbent, useful_rows, window_rows,
+    Coefficients, SearchModel, TermRows, incumbent, row_floors, useful_rows, window_rows,
 )
 from solver.search.options import SearchOptions
 from solver.specs import LayoutSpec
@@ -72,6 +72,7 @@ class Window:
     """State of the ranked enumeration."""
 
     threshold: int
+    floors: tuple | None = None  # model.row_floors of the tables (the same for every threshold)
     seen: set = field(default_factory=set)
     good: list = field(default_factory=list)
     complete: bool = True
@@ -81,7 +82,7 @@ class Window:
 def enumerate_window(rows: TermRows, coef: Coefficients, win: Window, options: SearchOptions,
                      deadline: float) -> list[tuple[int, int]]:
     """New (pipeline, shard) row pairs with objective <= win.threshold."""
-    pipe, shard = window_rows(rows, coef, win.threshold)
+    pipe, shard = window_rows(rows, coef, win.threshold, win.floors)
     if not pipe or not shard:
         return []
     sm = SearchModel(rows, coef, pipe, shard)
@@ -102,7 +103,7 @@ def ranked_window(rows: TermRows, coef: Coefficients, best: int, options: Search
     err = coef.error_units + 1.0  # +1 unit covers float summation-order differences
     hi = sum(max(v) for v in (coef.pipe, coef.shard))
     first = math.ceil(FIRST_WINDOW * abs(coef.step_part(best)))  # relative to the step time
-    win = Window(threshold=best + max(math.ceil(2 * err), first))
+    win = Window(threshold=best + max(math.ceil(2 * err), first), floors=row_floors(rows, coef))
     k = options.top_k
     while True:
         for layout in enumerate_window(rows, coef, win, options, deadline):

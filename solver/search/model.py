@@ -202,12 +202,10 @@ class SearchModel:
         return layout_of(self.rows.pipe_keys[i], self.rows.shard_keys[j])
 
 
-def window_rows(rows: TermRows, coef: Coefficients, threshold: int) -> tuple[list[int], list[int]]:
-    """Rows that can be part of a layout with objective <= threshold.
-
-    A row's objective is at least its own coefficient plus the smallest coefficient of the
-    other table's rows in its group (a valid lower bound), so rows above it are dropped.
-    """
+def row_floors(rows: TermRows, coef: Coefficients) -> tuple[list[float], list[float]]:
+    """Per pipeline row and per shard row, a lower bound on the objective of any layout
+    holding it: its own coefficient plus the smallest coefficient of the other table's rows
+    in its group (inf when that table has no row of the group)."""
     best_pipe: dict[tuple, int] = {}
     best_shard: dict[tuple, int] = {}
     for k, c in zip(rows.pipe_keys, coef.pipe):
@@ -216,11 +214,17 @@ def window_rows(rows: TermRows, coef: Coefficients, threshold: int) -> tuple[lis
     for k, c in zip(rows.shard_keys, coef.shard):
         g = shard_group(k)
         best_shard[g] = min(best_shard.get(g, c), c)
-    pipe = [i for i, (k, c) in enumerate(zip(rows.pipe_keys, coef.pipe))
-            if pipe_group(k) in best_shard and c + best_shard[pipe_group(k)] <= threshold]
-    shard = [j for j, (k, c) in enumerate(zip(rows.shard_keys, coef.shard))
-             if shard_group(k) in best_pipe and c + best_pipe[shard_group(k)] <= threshold]
-    return pipe, shard
+    return ([c + best_shard.get(pipe_group(k), math.inf) for k, c in zip(rows.pipe_keys, coef.pipe)],
+            [c + best_pipe.get(shard_group(k), math.inf) for k, c in zip(rows.shard_keys, coef.shard)])
+
+
+def window_rows(rows: TermRows, coef: Coefficients, threshold: int,
+                floors: tuple[list[float], list[float]] | None = None) -> tuple[list[int], list[int]]:
+    """Rows that can be part of a layout with objective <= threshold: those whose row_floors
+    bound (pass `floors` when asking for several thresholds) is within it."""
+    pipe_lb, shard_lb = floors or row_floors(rows, coef)
+    return ([i for i, v in enumerate(pipe_lb) if v <= threshold],
+            [j for j, v in enumerate(shard_lb) if v <= threshold])
 
 
 def incumbent(rows: TermRows, coef: Coefficients) -> int | None:
