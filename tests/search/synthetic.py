@@ -34,7 +34,7 @@ def state_bytes(model, tp, pp, dp, cp, zero_stage):
     local = params / (tp * pp)
     shard = dp * cp
     return local * (2 + 2 / (shard if zero_stage >= 2 else 1) + 8 / (shard if zero_stage >= 1 else 1)
-                    ) / (shard if zero_stage >= 3 else 1) * (1 if zero_stage < 3 else 1)
+                    ) / (shard if zero_stage >= 3 else 1)
 
 
 def act_bytes(model, tp, cp, sequence_parallel, recompute, micro_batch, pp, vpp):
