@@ -38,6 +38,9 @@ MIN_SEQ_LEN = 256
 # time limit; fixes not started by then are listed under not_tried_time_limit, fixes cut
 # off by it under timed_out.
 EXPLAIN_MIN_S = 20.0
+# Option values the allow_* fixes offer when the options exclude them, lightest change
+# first (each one lowers the memory of the one before; ZeRO-0 and no recompute never do).
+LIGHTER_VALUES = {"zero_stages": (1, 2, 3), "recompute": ("selective", "full")}
 STRUCTURAL_RELAXATIONS = {
     "gpus": {"allow_fewer_gpus": True},
     "batch": {"batch_tolerance": 0.25},
@@ -273,15 +276,14 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         reason = (f"no layout fits in GPU memory: the lightest layout needs {need / 1e9:.1f} GB per "
                   f"GPU, {light['usable_bytes'] / 1e9:.1f} GB usable of {cluster.gpu.memory_gb:g} GB")
     args, kw = (model, cluster, training, options, cost_options), {"deadline": deadline}
-    tried = {"allow_zero_stages": lambda: fix_allow(*args, "zero_stages", (1, 2, 3), **kw),
-             "allow_recompute": lambda: fix_allow(*args, "recompute", ("selective", "full"), **kw),
-             "more_gpus": lambda: fix_more_gpus(*args, **kw),
-             "shorter_sequence": lambda: fix_shorter_sequence(*args, **kw),
-             "bigger_gpu": lambda: fix_bigger_gpu(*args, **kw)}
+    tried = {f"allow_{field}": (lambda field=field, order=order: fix_allow(*args, field, order, **kw))
+             for field, order in LIGHTER_VALUES.items()  # only when the options excluded one
+             if not set(order) <= set(getattr(options, field))}
+    tried |= {"more_gpus": lambda: fix_more_gpus(*args, **kw),
+              "shorter_sequence": lambda: fix_shorter_sequence(*args, **kw),
+              "bigger_gpu": lambda: fix_bigger_gpu(*args, **kw)}
     fixes, none_found, not_tried = [], [], []
     for kind, attempt in tried.items():
-        if kind.startswith("allow_") and _already_allowed(options, kind):
-            continue
         if time.perf_counter() > deadline:  # the explanation has a time budget too
             not_tried.append(kind)
             continue
@@ -323,8 +325,3 @@ def _deadline(model, cluster, training, options: SearchOptions, cost_options) ->
             "kind": "deadline", "fastest_run_s": run_s,
             "fixes": [{"change": "deadline_s", "value": run_s, "layout": fast.as_dict()}]}
 
-
-def _already_allowed(options: SearchOptions, kind: str) -> bool:
-    if kind == "allow_zero_stages":
-        return set(options.zero_stages) == {0, 1, 2, 3}
-    return set(options.recompute) == {"none", "selective", "full"}

@@ -81,3 +81,13 @@ def test_past_deadline_stops_table_build_and_fit_search():
     # Without a deadline (or a future one) the same question is answered: a layout fits.
     assert explain.fitting_layout(model, cluster, training, opts) is not None
     assert explain.fitting_layout(model, cluster, training, opts, deadline=time.perf_counter() + 60) is not None
+
+
+def test_allow_fix_is_not_listed_when_only_heavier_values_are_excluded():
+    """ZeRO-0 and no recompute never lower memory, so excluding only them leaves no allow_*
+    fix to try: the kinds are absent, not reported as "no fix found"."""
+    model, training = tiny_model(1, 1, 1, 4096, 4, True), tiny_training(512, 8)
+    opts = SearchOptions(zero_stages=(1, 2, 3), recompute=("selective", "full"), top_k=1)
+    ex = explain.explain_infeasible(model, tiny_cluster(1, 8, 3.0), training, opts)
+    assert ex["kind"] == "memory"
+    _accounted(ex, FIX_KINDS)  # exactly more_gpus, shorter_sequence, bigger_gpu
