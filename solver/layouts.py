@@ -71,7 +71,7 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
                            "memory_headroom_bytes": est.memory_margin.headroom_bytes,
                            "memory_margin_reserved_fraction": est.memory_margin.margin_fraction_reserved}
     if est.fits:
-        rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"])
+        rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"], estimate=est)
         out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
     return out
 

@@ -196,19 +196,21 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
 def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout,
                 options: SearchOptions | dict | None = None, cost_options: Any = None,
-                best_step_time_s: float | None = None) -> dict:
+                best_step_time_s: float | None = None, estimate: Any = None) -> dict:
     """Where one layout (e.g. the seed's TP8 + ZeRO-1) ranks among all fitting layouts.
 
     Counts the fitting layouts whose tabulated step-time objective is below the layout's
     (exact within the tables' 1 us rounding: `rank` is a range when layouts lie within it).
     Returns rank_min/rank_max (1 = best), fitting layout count, its estimate and the gap to
     the best layout; a caller that already searched passes `best_step_time_s` and saves a
-    second search. Raises: SpecError when the layout does not fit the model or cluster.
+    second search, one that already estimated the layout passes `estimate` (its
+    LayoutEstimate under the same cost options). Raises: SpecError when the layout does not
+    fit the model or cluster.
     """
     from solver.cost.estimate import estimate_layout
 
     options = parse_spec(SearchOptions, options or {}, "options")
-    est = estimate_layout(model, cluster, training, layout, cost_options)
+    est = estimate or estimate_layout(model, cluster, training, layout, cost_options)
     rows = default_rows(cost_options)(LayoutModel(model, cluster, training, options))
     coef = coefficients(rows, options, training)
     mine = coef.exact(layout, est.step_time_s)
