@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from solver.cost.accounting import batch_plan
 from solver.search.options import SearchOptions
-from solver.specs import ModelSpec, TrainingSpec
+from solver.specs import ModelSpec, TrainingSpec, tp_splits_heads
 from topology.spec import ClusterSpec
 
 
 def tensor_ok(model: ModelSpec, cluster: ClusterSpec, options: SearchOptions, tp: int) -> bool:
     """TP divides the query heads; it divides kv_heads or is a multiple of them; in one node."""
-    if model.heads % tp:
-        return False
-    if (model.kv_heads % tp) if tp <= model.kv_heads else (tp % model.kv_heads):
+    if not tp_splits_heads(model, tp):
         return False
     if options.allow_tp_outside_node:
         return True
