@@ -5,46 +5,26 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from solver.errors import Problem, SpecError, UnknownPresetError
+from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
-from topology.catalog import read_json_arg
+from topology.catalog import PresetFolder, read_json_arg
 from topology.spec import parse_spec
 
 DATA = Path(__file__).parent / "data"
 
 
-def preset_names(kind: str) -> list[str]:
-    """Names of the presets of one kind ('models' or 'training')."""
-    return sorted(p.stem for p in (DATA / kind).glob("*.json"))
-
-
-@lru_cache(maxsize=None)
-def _raw(kind: str, name: str) -> dict[str, Any]:
-    path = DATA / kind / f"{name}.json"
-    if not path.is_file():
-        field = "model" if kind == "models" else kind
-        reason = f"unknown preset '{name}' (known: {', '.join(preset_names(kind))})"
-        raise UnknownPresetError(f"{field}: {reason}", [Problem(field, reason)])
-    return json.loads(path.read_text())
-
-
-def preset_source(kind: str, name: str) -> str:
-    return _raw(kind, name).get("_source", "")
-
-
-def _strip(raw: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in raw.items() if not k.startswith("_")}
+_PRESETS = PresetFolder(DATA, {"models": "model", "training": "training"})
+preset_names = _PRESETS.names
 
 
 def _resolve(arg: Any, kind: str, field: str) -> Any:
     if isinstance(arg, str):
         if arg.endswith(".json") or "/" in arg:
             return read_json_arg(arg, field)
-        return _strip(_raw(kind, arg))
+        return _PRESETS.load(kind, arg)
     return arg
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +11,50 @@ from topology.spec import ClusterSpec, GpuSpec, parse_spec
 DATA = Path(__file__).parent / "data"
 
 
-def preset_names(kind: str) -> list[str]:
-    """Names of the presets of one kind ('gpus' or 'clusters')."""
-    return sorted(p.stem for p in (DATA / kind).glob("*.json"))
+class PresetFolder:
+    """Presets of several kinds under one folder: <root>/<kind>/<name>.json, read lazily.
+
+    `fields` maps each kind to the spec field its errors name (e.g. 'gpus' -> 'gpu'). Keys
+    starting with '_' (citations such as '_source') are dropped on load. topology and
+    solver keep their presets in one of these each.
+    """
+
+    def __init__(self, root: Path, fields: dict[str, str]) -> None:
+        self.root, self.fields = root, fields
+        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def names(self, kind: str) -> list[str]:
+        """Names of the presets of one kind."""
+        return sorted(p.stem for p in (self.root / kind).glob("*.json"))
+
+    def raw(self, kind: str, name: str) -> dict[str, Any]:
+        """The preset's JSON object as stored. Raises: UnknownPresetError."""
+        if (kind, name) not in self._cache:
+            path = self.root / kind / f"{name}.json"
+            if not path.is_file():
+                field = self.fields[kind]
+                reason = f"unknown preset '{name}' (known: {', '.join(self.names(kind))})"
+                raise UnknownPresetError(f"{field}: {reason}", [Problem(field, reason)])
+            self._cache[(kind, name)] = json.loads(path.read_text())
+        return self._cache[(kind, name)]
+
+    def load(self, kind: str, name: str) -> dict[str, Any]:
+        """The preset without its '_'-prefixed keys. Raises: UnknownPresetError."""
+        return strip_private(self.raw(kind, name))
 
 
-@lru_cache(maxsize=None)
-def _raw(kind: str, name: str) -> dict[str, Any]:
-    path = DATA / kind / f"{name}.json"
-    if not path.is_file():
-        reason = f"unknown preset '{name}' (known: {', '.join(preset_names(kind))})"
-        raise UnknownPresetError(f"{kind[:-1]}: {reason}", [Problem(kind[:-1], reason)])
-    return json.loads(path.read_text())
-
-
-def preset_source(kind: str, name: str) -> str:
-    """The citation stored with a preset (its '_source' key)."""
-    return _raw(kind, name).get("_source", "")
-
-
-def _strip(raw: dict[str, Any]) -> dict[str, Any]:
+def strip_private(raw: dict[str, Any]) -> dict[str, Any]:
+    """The object without its '_'-prefixed keys (citations)."""
     return {k: v for k, v in raw.items() if not k.startswith("_")}
+
+
+PRESETS = PresetFolder(DATA, {"gpus": "gpu", "clusters": "cluster"})
+preset_names = PRESETS.names
 
 
 def load_gpu(name: str) -> GpuSpec:
     """A GPU preset by name. Raises: UnknownPresetError."""
-    return parse_spec(GpuSpec, _strip(_raw("gpus", name)), "gpu")
+    return parse_spec(GpuSpec, PRESETS.load("gpus", name), "gpu")
 
 
 def read_json_arg(arg: str, field: str) -> Any:
@@ -52,9 +69,9 @@ def read_json_arg(arg: str, field: str) -> Any:
 
 def cluster_dict(raw: dict[str, Any]) -> dict[str, Any]:
     """Expand a cluster preset: a 'gpu' given as a preset name becomes the GPU object."""
-    out = _strip(raw)
+    out = strip_private(raw)
     if isinstance(out.get("gpu"), str):
-        out["gpu"] = _strip(_raw("gpus", out["gpu"]))
+        out["gpu"] = PRESETS.load("gpus", out["gpu"])
     return out
 
 
@@ -69,7 +86,7 @@ def load_cluster(arg: str | dict[str, Any] | ClusterSpec) -> ClusterSpec:
         if arg.endswith(".json") or "/" in arg:
             arg = read_json_arg(arg, "cluster")
         else:
-            arg = _raw("clusters", arg)
+            arg = PRESETS.raw("clusters", arg)
     if not isinstance(arg, dict):
         raise SpecError("cluster: expected an object, a preset name or a path to a JSON file")
     return parse_spec(ClusterSpec, cluster_dict(arg), "cluster")
