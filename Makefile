@@ -33,7 +33,6 @@ serve: $(STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.search
 	$(BIN)/python -m benchmarks.accuracy
-	$(BIN)/python -m benchmarks.constants_tradeoff
 	$(BIN)/python -m benchmarks.layouts_http
 
 clean:

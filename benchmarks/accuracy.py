@@ -1,14 +1,12 @@
 """Prediction accuracy: `trainplan validate` on published runs, printed as JSON.
 
 Usage: python -m benchmarks.accuracy [CASES.jsonl]
-With a file: that file's per-case table and summary. Without: three sets, each with its
+With a file: that file's per-case table and summary. Without: two sets, each with its
 summary, per-group summaries and per-case rows:
-- calibration_as_given: ../shared/calibration/runs.jsonl (or $TRAINPLAN_CALIBRATION), the
-  26 runs the constants were fitted on, exactly as shipped;
-- calibration_documented: benchmarks/data/calibration_documented.jsonl, the same 26 rows
-  with `training.attention_kernel` set as each source documents it (see that file's
-  `assumed` lists; tests/cost/test_calibration_files.py checks nothing else differs);
-- heldout: benchmarks/data/heldout_runs.jsonl, 33 other published runs never used for
+- calibration: ../shared/calibration/runs.jsonl (or $TRAINPLAN_CALIBRATION), the 26 runs
+  the constants were fitted on, as shipped (each row states `training.attention_kernel`,
+  the kernel its source documents);
+- heldout: benchmarks/data/heldout_runs.jsonl, 146 other published runs never used for
   fitting, with summaries by `confidence` and by `group` (source table).
 The issue's target (median |error| <= 5%, max <= 15%) is checked on each set.
 """
@@ -27,7 +25,6 @@ from solver.cost.validation import error_stats, validate_lines
 
 HERE = Path(__file__).resolve().parent
 SHARED_CASES = HERE.parents[1] / "shared" / "calibration" / "runs.jsonl"
-DOCUMENTED_CASES = HERE / "data" / "calibration_documented.jsonl"
 HELDOUT_CASES = HERE / "data" / "heldout_runs.jsonl"
 TARGET = {"median_abs_error": 0.05, "max_abs_error": 0.15}  # issue 4, "Done when"
 CASE_KEYS = ("id", "predicted_step_time_s", "measured_step_time_s", "error", "fits",
@@ -63,8 +60,7 @@ def main(argv: list[str]) -> int:
         sets = {"cases": Path(argv[0])}
     else:
         shared = Path(os.environ.get("TRAINPLAN_CALIBRATION", SHARED_CASES))
-        sets = {"calibration_as_given": shared, "calibration_documented": DOCUMENTED_CASES,
-                "heldout": HELDOUT_CASES}
+        sets = {"calibration": shared, "heldout": HELDOUT_CASES}
     report: dict[str, Any] = {"target": TARGET, "constants": dataclasses.asdict(DEFAULT_OPTIONS)}
     missing = [str(p) for p in sets.values() if not p.is_file()]
     for name, path in sets.items():

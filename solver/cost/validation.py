@@ -39,7 +39,7 @@ class CaseResult:
 
 # Training fields that describe the software rather than the run's shape: when a case leaves
 # them out the default is scored, and the report says so (a pre-2023 Megatron run scored as
-# FlashAttention is predicted 10-30% too fast; see benchmarks/data/calibration_documented.jsonl).
+# FlashAttention is predicted 10-30% too fast; tests/cost/test_calibration_files.py).
 SOFTWARE_FIELDS = ("attention_kernel", "precision")
 
 
