@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName
 from topology.spec import StrictModel
 
 Recompute = Literal["none", "selective", "full"]
@@ -82,6 +83,11 @@ class TrainingSpec(StrictModel):
         description="Attention implementation the run uses: 'flash' (fused, no S x S tensors; "
                     "Dao et al. 2022) or 'unfused' (softmax over stored S x S scores, e.g. "
                     "Megatron-LM before FlashAttention). Changes attention time and memory.")
+    framework: FrameworkName = Field(
+        default=DEFAULT_FRAMEWORK,
+        description="Training framework the run uses (solver/data/frameworks/<name>.json): "
+                    "'megatron-core' (also NeMo, Megatron-Bridge), 'torchtitan' or 'deepspeed'. "
+                    "Decides which layouts the search may return and the per-layout memory recipe.")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":

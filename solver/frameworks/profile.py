@@ -1,0 +1,150 @@
+"""Framework profiles: what a training framework can run and how it stores model state.
+
+A profile is data (solver/data/frameworks/<name>.json), validated here once. Every fact
+carries the framework source it was read from (repository, file, commit) beside it, so a
+capability rule or a memory figure can always be traced to the code that imposes it.
+
+Units: `_bytes` are bytes per parameter of the rank's TP x PP share of the model.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from topology.spec import StrictModel
+
+FrameworkName = Literal["megatron-core", "torchtitan", "deepspeed"]
+FRAMEWORK_NAMES: tuple[str, ...] = FrameworkName.__args__
+DEFAULT_FRAMEWORK: FrameworkName = "megatron-core"
+ZeroStage = Literal[0, 1, 2, 3]
+AttentionKernel = Literal["flash", "unfused"]
+
+
+class Source(StrictModel):
+    """Where a fact was read: a file of a public repository at a commit."""
+
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="GitHub owner/name.")
+    path: str = Field(min_length=1, max_length=300, description="File path in the repository.")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="Commit the file was read at.")
+    note: str = Field(min_length=1, max_length=600, description="What the file says, in our words.")
+
+
+class _Cited(StrictModel):
+    """A value (declared by each subclass) and the framework source that establishes it."""
+
+    sources: tuple[Source, ...] = Field(min_length=1, strict=False)
+
+
+class CitedStages(_Cited):
+    value: tuple[ZeroStage, ...] = Field(strict=False)  # a JSON array
+
+
+class CitedBool(_Cited):
+    value: bool
+
+
+class CitedInt(_Cited):
+    value: int = Field(ge=1, le=1024)
+
+
+class CitedKernels(_Cited):
+    value: tuple[AttentionKernel, ...] = Field(strict=False)  # empty: no CP at all
+
+
+class CitedMicrobatchRule(_Cited):
+    value: Literal["multiple_of_pp", "rounds"]
+
+
+class CitedShardGroup(_Cited):
+    value: Literal["dp_cp"]
+
+
+class Capabilities(StrictModel):
+    """What layouts the framework can run (the search's framework rules)."""
+
+    zero_stages_without_pp: CitedStages
+    zero_stages_with_pp: CitedStages
+    zero0_with_cp: CitedBool            # replicated model state allowed together with CP > 1
+    tensor_parallel: CitedBool
+    zero3_with_tp: CitedBool
+    sequence_parallel: CitedBool        # Megatron-style SP inside the TP group
+    context_parallel_kernels: CitedKernels  # attention kernels CP runs with (empty: no CP)
+    interleaving: CitedBool
+    interleave_min_pp: CitedInt         # smallest PP an interleaved schedule runs at
+    interleave_microbatches: CitedMicrobatchRule
+    uneven_pipeline: CitedBool
+
+
+class StateRecipe(StrictModel):
+    """Model-state bytes per parameter under one ZeRO stage: a part kept whole on every
+    rank plus a part sharded over the optimizer's shard group (d ranks: full + sharded / d)."""
+
+    zero_stage: ZeroStage
+    pipeline: Literal["any", "without_pp", "with_pp"] = "any"
+    mode: str = Field(min_length=1, max_length=300, description="The framework setting that gives it.")
+    weights_full_bytes: float = Field(ge=0, le=32)
+    weights_sharded_bytes: float = Field(ge=0, le=32)
+    gradients_full_bytes: float = Field(ge=0, le=32)
+    gradients_sharded_bytes: float = Field(ge=0, le=32)
+    optimizer_full_bytes: float = Field(ge=0, le=64)
+    optimizer_sharded_bytes: float = Field(ge=0, le=64)
+    gathered_layers: int = Field(
+        ge=0, le=8, description="Transformer layers of unsharded BF16 weights in flight (ZeRO-3 prefetch).")
+    sources: tuple[Source, ...] = Field(min_length=1, strict=False)
+
+    @property
+    def total_full_bytes(self) -> float:
+        return self.weights_full_bytes + self.gradients_full_bytes + self.optimizer_full_bytes
+
+    @property
+    def total_sharded_bytes(self) -> float:
+        return self.weights_sharded_bytes + self.gradients_sharded_bytes + self.optimizer_sharded_bytes
+
+    def bytes_per_param(self, shard: int) -> float:
+        """Model-state bytes per parameter with the sharded part split over `shard` ranks."""
+        return self.total_full_bytes + self.total_sharded_bytes / shard
+
+    def applies(self, zero_stage: int, pp: int) -> bool:
+        if zero_stage != self.zero_stage:
+            return False
+        return self.pipeline == "any" or (self.pipeline == "with_pp") == (pp > 1)
+
+
+class MemorySemantics(StrictModel):
+    """How the framework stores weights, gradients and optimizer state per GPU."""
+
+    precision: str = Field(min_length=1, max_length=300, description="The default recipe, in words.")
+    shard_group: CitedShardGroup
+    recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
+
+
+class FrameworkProfile(StrictModel):
+    """One training framework: its capabilities and its memory semantics, each cited."""
+
+    name: FrameworkName
+    title: str = Field(min_length=1, max_length=200)
+    covers: tuple[str, ...] = Field(default=(), strict=False, description="Stacks built on it.")
+    capabilities: Capabilities
+    memory: MemorySemantics
+
+    @model_validator(mode="after")
+    def _recipes_cover_stages(self) -> "FrameworkProfile":
+        caps = self.capabilities
+        for pp, stages in ((1, caps.zero_stages_without_pp.value), (2, caps.zero_stages_with_pp.value)):
+            for z in stages:
+                if not any(r.applies(z, pp) for r in self.memory.recipes):
+                    where = "with" if pp > 1 else "without"
+                    raise ValueError(f"memory: no recipe for ZeRO-{z} {where} pipeline parallelism")
+        return self
+
+    def zero_stages(self, pp: int) -> tuple[int, ...]:
+        """ZeRO stages the framework runs at this pipeline degree."""
+        caps = self.capabilities
+        return (caps.zero_stages_with_pp if pp > 1 else caps.zero_stages_without_pp).value
+
+    def recipe(self, zero_stage: int, pp: int) -> StateRecipe | None:
+        """The model-state recipe of a ZeRO stage at this pipeline degree (None: not run)."""
+        if zero_stage not in self.zero_stages(pp):
+            return None
+        return next(r for r in self.memory.recipes if r.applies(zero_stage, pp))
