@@ -44,6 +44,10 @@ def _megatron_model_args(m: ModelSpec, t: TrainingSpec) -> list[str]:
         args.append("--untie-embeddings-and-output-weights")
     if not m.bias:
         args.append("--disable-bias-linear")
+        # TransformerConfig.add_qkv_bias "Add a bias term only for QKV projections", exposed as
+        # --add-qkv-bias by ArgumentGroupFactory (NVIDIA/Megatron-LM d98e8a64, argument_utils.py).
+        if m.qkv_bias:
+            args.append("--add-qkv-bias")
     args += ["--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute",
              "--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
     return args

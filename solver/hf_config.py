@@ -3,6 +3,10 @@
 Llama/Mistral/Qwen2 keys: num_hidden_layers, hidden_size, intermediate_size,
 num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings.
 GPT-2 keys: n_layer, n_embd, n_head, n_inner (default 4 x n_embd), vocab_size, n_positions.
+
+A key a config.json leaves out takes its model class's default (transformers writes only the
+keys that differ from them), so `tie_word_embeddings` and the attention biases depend on
+`model_type`; see _TIED_DEFAULT and _QKV_BIAS below.
 """
 from __future__ import annotations
 
@@ -14,6 +18,16 @@ from topology.spec import parse_spec
 
 _LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
 _GPT2_KEYS = ("n_layer", "n_embd", "n_head")
+
+# `tie_word_embeddings` default of each config class (huggingface/transformers 008e5743,
+# src/transformers/models/<type>/configuration_<type>.py): LlamaConfig, MistralConfig,
+# Qwen2Config, Qwen3Config False; GemmaConfig, Gemma2Config True. GPT-2 keeps PretrainedConfig's
+# True. Another model_type without the key is refused rather than guessed.
+_TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
+                 "gemma": True, "gemma2": True, "gpt2": True}
+# Bias on the Q, K and V projections only: Qwen2Attention builds q/k/v_proj with bias=True and
+# o_proj, gate/up/down_proj with bias=False (transformers 00d4b3d2, models/qwen2/modeling_qwen2.py).
+_QKV_BIAS = ("qwen2",)
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -41,11 +55,27 @@ def _llama(data: dict[str, Any]) -> dict[str, Any]:
         "kv_heads": data.get("num_key_value_heads") or heads,
         "head_dim": head_dim,
         "vocab": _need(data, "vocab_size"),
-        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "tied_embeddings": _tied(data),
         "position_embedding": "rope",
         "norm": "rmsnorm",
         "bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False)),
+        "qkv_bias": data.get("model_type") in _QKV_BIAS,
     }
+
+
+def _tied(data: dict[str, Any]) -> Any:
+    """`tie_word_embeddings`, or its model class's default when the key is absent.
+
+    Raises: SpecError when the key is absent and the model_type's default is not known.
+    """
+    if "tie_word_embeddings" in data:
+        return data["tie_word_embeddings"]
+    kind = data.get("model_type")
+    if kind in _TIED_DEFAULT:
+        return _TIED_DEFAULT[kind]
+    reason = (f"required field is missing (model_type {kind!r} has no known default; "
+              f"known: {', '.join(sorted(_TIED_DEFAULT))})")
+    raise SpecError(f"model.tie_word_embeddings: {reason}", [Problem("model.tie_word_embeddings", reason)])
 
 
 def _gpt2(data: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +90,7 @@ def _gpt2(data: dict[str, Any]) -> dict[str, Any]:
         "kv_heads": heads,
         "head_dim": hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else hidden,
         "vocab": _need(data, "vocab_size"),
-        "tied_embeddings": bool(data.get("tie_word_embeddings", True)),
+        "tied_embeddings": data.get("tie_word_embeddings", _TIED_DEFAULT["gpt2"]),
         "position_embedding": "learned",
         "norm": "layernorm",
         "bias": True,

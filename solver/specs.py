@@ -37,6 +37,10 @@ class ModelSpec(StrictModel):
     norm: Literal["rmsnorm", "layernorm"] = Field(
         default="rmsnorm", description="RMSNorm (scale only) or LayerNorm (scale and shift).")
     bias: bool = Field(default=False, description="Linear layers carry biases.")
+    qkv_bias: bool = Field(
+        default=False,
+        description="Only the Q, K and V projections carry biases (not O, not the FFN), as in Qwen2; "
+                    "Megatron-Core's add_qkv_bias (transformer_config.py). Implied by `bias`.")
     max_positions: int | None = Field(
         default=None, ge=1, le=100_000_000,
         description="Learned position table size; defaults to the training seq_len.")

@@ -54,11 +54,15 @@ class ParameterCounts:
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Q and O are D x (H*dh); K and V are D x (K*dh) under GQA (Ainslie et al. 2023)."""
+    """Q and O are D x (H*dh); K and V are D x (K*dh) under GQA (Ainslie et al. 2023).
+
+    Biases: `bias` gives Q, K, V and O theirs; `qkv_bias` only Q, K and V (Megatron-Core
+    attention.py: linear_qkv has bias=add_bias_linear or add_qkv_bias, linear_proj only
+    add_bias_linear; NVIDIA/Megatron-LM d98e8a64; HF Qwen2Attention, transformers 00d4b3d2)."""
     q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
     weights = 2 * m.hidden * q_width + 2 * m.hidden * kv_width
-    biases = (q_width + 2 * kv_width + m.hidden) if m.bias else 0
-    return weights + biases
+    qkv_biases = (q_width + 2 * kv_width) if (m.bias or m.qkv_bias) else 0
+    return weights + qkv_biases + (m.hidden if m.bias else 0)
 
 
 def ffn_params(m: ModelSpec) -> int:

@@ -38,7 +38,9 @@ MEGATRON_OPTIONS = {
     "--ffn-hidden-size": int, "--num-attention-heads": int, "--kv-channels": int,
     "--seq-length": int, "--max-position-embeddings": int, "--group-query-attention": None,
     "--num-query-groups": int, "--swiglu": None, "--untie-embeddings-and-output-weights": None,
-    "--disable-bias-linear": None, "--position-embedding-type": ("learned_absolute", "rope", "none"),
+    "--disable-bias-linear": None,
+    # transformer_config.py add_qkv_bias, as --add-qkv-bias (argument_utils.py; Megatron-LM d98e8a64).
+    "--add-qkv-bias": None, "--position-embedding-type": ("learned_absolute", "rope", "none"),
     "--normalization": ("LayerNorm", "RMSNorm"), "--bf16": None,
     "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
     # megatron/training/arguments.py: "rank initialization order tp-cp-ep-pp-dp".
