@@ -1,11 +1,14 @@
-# trainplan: `make run` prints the seed plan, `make test` runs the whole suite.
+# trainplan: `make run` prints the seed plan, `make test` runs the whole suite, `make lint`
+# runs ruff and mypy (rules and why: pyproject.toml) and must report zero findings.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+LINT_STAMP := $(VENV)/.installed-lint
+LINTED := topology solver service
 
-.PHONY: install run test serve bench clean
+.PHONY: install run test lint lint-fix serve bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +22,10 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP) $@
 
+$(LINT_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[lint]'
+	touch $(STAMP) $@
+
 install: $(STAMP)
 
 run: $(STAMP)
@@ -26,6 +33,14 @@ run: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests
+
+lint: $(LINT_STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy $(LINTED)
+
+# ruff's safe fixes (typing imports, f-strings, ...); what it cannot fix is left to you.
+lint-fix: $(LINT_STAMP)
+	$(BIN)/ruff check --fix $(LINTED)
 
 serve: $(STAMP)
 	$(BIN)/trainplan serve

@@ -39,7 +39,7 @@ def _dig(data: dict, path: str) -> Any:
 
 def layout_label(layout: dict[str, Any]) -> str:
     """Short label, e.g. 'TP8 PP1 DP64 CP1 Z1 mb1 sel'."""
-    rec = {"none": "no-rc", "selective": "sel", "full": "full"}.get(layout.get("recompute"), "")
+    rec = {"none": "no-rc", "selective": "sel", "full": "full"}.get(str(layout.get("recompute")), "")
     vpp = f" v{layout['vpp']}" if layout.get("vpp", 1) > 1 else ""
     return (f"TP{layout.get('tp')} PP{layout.get('pp')}{vpp} DP{layout.get('dp')} "
             f"CP{layout.get('cp')} Z{layout.get('zero_stage')} mb{layout.get('micro_batch')} {rec}")
@@ -101,7 +101,7 @@ def memory_chart(rows: list[dict[str, Any]], capacity_bytes: float) -> str:
         tick += step_gb
     for i, p in enumerate(parts):
         x = left + 20 + i * (480 / max(1, len(rows)))
-        y = base
+        y: float = base
         for key, value in p.items():
             bh = value / top * plot_h
             y -= bh
@@ -303,7 +303,7 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
     if rows:
         charts = (f"<h2>Per-GPU memory, top {len(ranked)} layouts</h2>"
                   + memory_chart(rows, float(report.get("capacity_bytes") or 0))
-                  + f"<h2>Step-time breakdown</h2>" + time_chart(rows)
+                  + "<h2>Step-time breakdown</h2>" + time_chart(rows)
                   + "<ul class=\"chart-keys\">"
                   + "".join(f"<li>{_label(rows, i)}: {escape(layout_label(r['layout']))}</li>"
                             for i, r in enumerate(rows)) + "</ul>")

@@ -56,7 +56,7 @@ class Settings(BaseModel):
         return value or None
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Settings from TRAINPLAN_* variables (unset ones keep their defaults).
 
         Raises: pydantic.ValidationError on a malformed value.

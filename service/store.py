@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class PlanStore:
              report: dict[str, Any]) -> StoredPlan:
         """Store a plan (JSON values only); returns it as `get` will, under its new id
         (32 hex digits, unguessable), without reading it back."""
-        stored = StoredPlan(uuid.uuid4().hex, datetime.now(timezone.utc), request, plan, report)
+        stored = StoredPlan(uuid.uuid4().hex, datetime.now(UTC), request, plan, report)
         row = {"id": stored.id, "created_at": stored.created_at,
                "request_json": json.dumps(request), "plan_json": json.dumps(plan),
                "report_json": json.dumps(report)}
@@ -73,7 +73,7 @@ class PlanStore:
             return None
         # SQLite keeps no offset: its naive timestamps are the UTC ones `save` wrote.
         created_at = row.created_at if row.created_at.tzinfo else row.created_at.replace(
-            tzinfo=timezone.utc)
+            tzinfo=UTC)
         return StoredPlan(row.id, created_at, json.loads(row.request_json),
                           json.loads(row.plan_json), json.loads(row.report_json))
 
@@ -83,7 +83,7 @@ class PlanStore:
             with self.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
             return True
-        except Exception:  # any driver error means "not ready"; readiness must not raise
+        except Exception:  # noqa: BLE001 (any driver error means "not ready"; readiness must not raise)
             return False
 
     def close(self) -> None:

@@ -37,13 +37,15 @@ def is_hf_config(data: dict[str, Any]) -> bool:
 
 def _need(data: dict[str, Any], key: str) -> Any:
     if key not in data:
-        raise SpecError(f"model.{key}: required field is missing", [Problem(f"model.{key}", "required field is missing")])
+        raise SpecError(f"model.{key}: required field is missing",
+                        [Problem(f"model.{key}", "required field is missing")])
     return data[key]
 
 
 def _llama(data: dict[str, Any]) -> dict[str, Any]:
     hidden, heads = _need(data, "hidden_size"), _need(data, "num_attention_heads")
-    head_dim = data.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else hidden)
+    whole = isinstance(hidden, int) and isinstance(heads, int) and heads
+    head_dim = data.get("head_dim") or (hidden // heads if whole else hidden)
     return {
         "name": data.get("_name_or_path") or data.get("model_type") or "hf-model",
         "layers": _need(data, "num_hidden_layers"),

@@ -9,7 +9,7 @@ Unit legend: `_s` seconds; `_bytes` bytes; fractions are plain ratios.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from solver.cost.estimate import estimate_layout
 from solver.errors import InfeasibleError
@@ -38,13 +38,13 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     if options is None and cluster.topology is not None:
         # On an explicit fabric (fat tree, NVLink domains) placement changes group
         # bandwidths: search both Megatron rank orders, each exactly.
-        options = {"rank_orders": list(RankOrder.__args__)}
+        options = {"rank_orders": list(get_args(RankOrder))}
     return plan_layouts(model, cluster, training, options)
 
 
 def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[str, float]]:
     """Time components where `slow` spends more than `fast`, largest difference first (s)."""
-    diffs = [{"component": k, "seconds": slow.get(k, 0.0) - fast.get(k, 0.0)}
+    diffs: list[dict[str, Any]] = [{"component": k, "seconds": slow.get(k, 0.0) - fast.get(k, 0.0)}
              for k in sorted(set(slow) | set(fast))]
     return sorted((d for d in diffs if abs(d["seconds"]) >= _WHY_MIN_S),
                   key=lambda d: -d["seconds"])

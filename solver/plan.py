@@ -10,7 +10,8 @@ Unit legend: `_bytes` bytes; `_flops` FLOPs; `_s` seconds; `_gb_s` 1e9 bytes/s.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from solver.cost.accounting import (
     Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
@@ -18,7 +19,7 @@ from solver.cost.accounting import (
 )
 from solver.errors import InfeasibleError, Problem, SpecError
 from solver.specs import (
-    LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model, tp_splits_heads,
+    LayoutSpec, ModelSpec, TrainingSpec, ZeroStage, check_layout_fits_model, tp_splits_heads,
 )
 from topology.groups import group_links
 from topology.spec import ClusterSpec
@@ -185,7 +186,7 @@ def ladder_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         {"tried": tried})
 
 
-def _ladder_layout(tp: int, pp: int, dp: int, zero_stage: int) -> LayoutSpec:
+def _ladder_layout(tp: int, pp: int, dp: int, zero_stage: ZeroStage) -> LayoutSpec:
     """The seed's starting choices: SP with TP, selective recompute, one sequence per micro-batch."""
     return LayoutSpec(tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, micro_batch=1,
                       sequence_parallel=tp > 1, recompute="selective")
@@ -366,6 +367,7 @@ def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: Training
                       plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The seed's four stages (correctness, scaling, reliability, convergence) with numbers."""
     best, n = plan["layouts"][0], plan["parameters"]["total"]
+    assert training.tokens is not None  # build_plan refuses a training without tokens
     step_flops = plan["flops"]["total"] * plan["batch"]["tokens_per_step"] / training.tokens
     mem = plan["memory"]["by_component"]
     grid = [_grid_point(model, cluster, training, best, g)

@@ -13,6 +13,7 @@ from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName
 from topology.spec import StrictModel
 
 Recompute = Literal["none", "selective", "full"]
+ZeroStage = Literal[0, 1, 2, 3]
 # Rank orders, fastest-varying first: Megatron-LM's default mapping and the one selected by
 # its --use-tp-pp-dp-mapping flag (megatron/core/parallel_state.py, `order`).
 RankOrder = Literal["tp-cp-dp-pp", "tp-cp-pp-dp"]
@@ -46,7 +47,7 @@ class ModelSpec(StrictModel):
         description="Learned position table size; defaults to the training seq_len.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self) -> ModelSpec:
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         return self
@@ -94,7 +95,7 @@ class TrainingSpec(StrictModel):
                     "Decides which layouts the search may return and the per-layout memory recipe.")
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainingSpec":
+    def _check(self) -> TrainingSpec:
         if self.global_batch_tokens < self.seq_len:
             raise ValueError(
                 f"global_batch_tokens: {self.global_batch_tokens} is smaller than one sequence "
@@ -111,7 +112,7 @@ class LayoutSpec(StrictModel):
     cp: int = Field(default=1, ge=1, le=1024, description="Context-parallel degree (sequence split).")
     vpp: int = Field(default=1, ge=1, le=1024, description="Virtual stages per pipeline rank (interleaving).")
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism within TP.")
-    zero_stage: Literal[0, 1, 2, 3] = Field(
+    zero_stage: ZeroStage = Field(
         default=0, description="0 replicated; 1 optimizer sharded over DP; 2 + gradients; 3 + weights.")
     micro_batch: int = Field(default=1, ge=1, le=100_000, description="Sequences per micro-batch per replica.")
     recompute: Recompute = Field(default="none", description="Activation recompute: none, selective, full.")
@@ -127,7 +128,7 @@ class LayoutSpec(StrictModel):
                     "None: every stage is charged as the busiest rank (ceil(L / (pp vpp)) x vpp).")
 
     @model_validator(mode="after")
-    def _check(self) -> "LayoutSpec":
+    def _check(self) -> LayoutSpec:
         if self.vpp > 1 and self.pp == 1:
             raise ValueError("vpp: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
         if self.sequence_parallel and self.tp == 1:

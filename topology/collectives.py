@@ -42,30 +42,36 @@ def _ring_ar_s(n_bytes: float, p: int, bw_gb_s: float, alpha_s: float) -> float:
     return 2.0 * _ring_rs_s(n_bytes, p, bw_gb_s, alpha_s)
 
 
-def _levels(link: GroupLink) -> tuple[int, int] | None:
-    """(k ranks per domain, m domains) when the group splits evenly over domains."""
+_Levels = tuple[int, int, tuple[float, float], tuple[float, float]]
+
+
+def _levels(link: GroupLink) -> _Levels | None:
+    """(k ranks per domain, m domains, intra (GB/s, s), inter (GB/s, s)) when the group
+    splits evenly over domains and both levels have figures."""
     k = link.ranks_per_node
-    if link.size <= 1 or k <= 1 or k >= link.size or link.size % k or link.inter_bandwidth_gb_s is None:
+    ib, il = link.intra_bandwidth_gb_s, link.intra_latency_s
+    eb, el = link.inter_bandwidth_gb_s, link.inter_latency_s
+    if link.size <= 1 or k <= 1 or k >= link.size or link.size % k:
         return None
-    return k, link.size // k
+    if ib is None or il is None or eb is None or el is None:
+        return None
+    return k, link.size // k, (ib, il), (eb, el)
 
 
 def _hier_ar_s(n: float, link: GroupLink) -> float | None:
     lv = _levels(link)
     if lv is None:
         return None
-    k, m = lv
-    rs = _ring_rs_s(n, k, link.intra_bandwidth_gb_s, link.intra_latency_s)
-    return 2 * rs + _ring_ar_s(n / k, m, link.inter_bandwidth_gb_s, link.inter_latency_s)
+    k, m, intra, inter = lv
+    return 2 * _ring_rs_s(n, k, *intra) + _ring_ar_s(n / k, m, *inter)
 
 
 def _hier_rs_s(n: float, link: GroupLink) -> float | None:
     lv = _levels(link)
     if lv is None:
         return None
-    k, m = lv
-    return (_ring_rs_s(n, k, link.intra_bandwidth_gb_s, link.intra_latency_s)
-            + _ring_rs_s(n / k, m, link.inter_bandwidth_gb_s, link.inter_latency_s))
+    k, m, intra, inter = lv
+    return _ring_rs_s(n, k, *intra) + _ring_rs_s(n / k, m, *inter)
 
 
 def _pick(ring_s: float, hier_s: float | None, algorithm: Algorithm) -> float:
@@ -104,9 +110,9 @@ def alltoall_time_s(message_bytes: float, link: GroupLink) -> float:
     Uses the routed all-to-all bandwidth; where it was not computed (very large groups,
     see groups.A2A_FLOW_LIMIT) the ring figure stands in, an optimistic bound.
     """
-    routed = link.alltoall_bandwidth_gb_s is not None
-    bw = link.alltoall_bandwidth_gb_s if routed else link.bandwidth_gb_s
-    alpha = link.alltoall_latency_s if routed else link.latency_s
+    bw, alpha = link.alltoall_bandwidth_gb_s, link.alltoall_latency_s
+    if bw is None or alpha is None:
+        bw, alpha = link.bandwidth_gb_s, link.latency_s
     return _ring_rs_s(message_bytes, link.size, bw, alpha)  # same (p-1) alpha + (p-1)/p n / B form
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 class PlannerError(Exception):
     """Anything a user can cause. Carries field-path problems where they apply."""
 
-    def __init__(self, message: str, problems: list["Problem"] | None = None) -> None:
+    def __init__(self, message: str, problems: list[Problem] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.problems = problems or []

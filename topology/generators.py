@@ -14,6 +14,7 @@ Raises SpecError where a topology does not match the cluster's node count.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import networkx as nx
@@ -150,10 +151,12 @@ def build_explicit(c: ClusterSpec, t: GraphTopology) -> nx.DiGraph:
         if v.type != "gpu":
             add_switch(g, v.id, v.type)
             continue
-        if v.node >= c.nodes:
-            raise SpecError("bad gpu node", [Problem("cluster.topology.vertices", f"{v.id}: node {v.node} >= {c.nodes}")])
-        counts[v.node] += 1
-        add_gpu(g, v.id, v.node, v.node if v.domain is None else v.domain)
+        node = v.node
+        if node is None or node >= c.nodes:  # None: GraphTopology's validator already refuses it
+            raise SpecError("bad gpu node",
+                            [Problem("cluster.topology.vertices", f"{v.id}: node {node} >= {c.nodes}")])
+        counts[node] += 1
+        add_gpu(g, v.id, node, node if v.domain is None else v.domain)
     if any(k != c.gpus_per_node for k in counts):
         raise SpecError("gpu count per node", [Problem(
             "cluster.topology.vertices", f"every node needs {c.gpus_per_node} gpu vertices")])
@@ -171,6 +174,6 @@ def build_graph(c: ClusterSpec) -> nx.DiGraph:
     t = c.topology
     if t is None or t.kind == "flat":
         return build_flat(c)
-    builders = {"nvlink_domain": build_nvlink_domain, "fat_tree": build_fat_tree,
+    builders: dict[str, Callable[..., nx.DiGraph]] = {"nvlink_domain": build_nvlink_domain, "fat_tree": build_fat_tree,
                 "rail_optimized": build_rail_optimized, "graph": build_explicit}
     return builders[t.kind](c, t)

@@ -9,7 +9,7 @@ Where a generator needs the in-node NVLink figure it takes the cluster's `intra_
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -94,7 +94,7 @@ class GraphTopology(StrictModel):
     links: Annotated[tuple[EdgeSpec, ...], _Tuple] = Field(description="Bidirectional links.")
 
     @model_validator(mode="after")
-    def _check(self) -> "GraphTopology":
+    def _check(self) -> GraphTopology:
         ids = [v.id for v in self.vertices]
         if len(set(ids)) != len(ids):
             raise ValueError("vertex ids must be unique")
@@ -110,6 +110,6 @@ class GraphTopology(StrictModel):
 
 
 TopologySpec = Annotated[
-    Union[FlatTopology, NvlinkDomainTopology, FatTreeTopology, RailOptimizedTopology, GraphTopology],
+    FlatTopology | NvlinkDomainTopology | FatTreeTopology | RailOptimizedTopology | GraphTopology,
     Field(discriminator="kind"),
 ]

@@ -26,11 +26,11 @@ from collections import defaultdict
 from functools import lru_cache
 from itertools import count
 from math import gcd
-from typing import Callable
+from collections.abc import Callable
 
 from topology.generators import build_graph, check_nvlink_domain, gpu_id
 from topology.graph import latency_ps
-from topology.link_assembly import (  # noqa: F401  A2A_FLOW_LIMIT is public here too
+from topology.link_assembly import (  # noqa: F401 (A2A_FLOW_LIMIT is public here too)
     A2A_FLOW_LIMIT, GroupLink, a2a_routed, assemble_link, one_rank_link, placed_link,
 )
 from topology.placement import (
@@ -41,6 +41,7 @@ from topology.placement import (
 from topology.routing import (
     FlatFabric, GraphFabric, Share, alltoall_share, concurrent_share, owned_share, slowest,
 )
+from topology.graph_spec import FatTreeTopology
 from topology.spec import ClusterSpec
 
 
@@ -124,7 +125,7 @@ def _token(cluster: ClusterSpec) -> int:
 def _links(token: int, dims: tuple[int, int, int, int],
            order: tuple[GroupKind, ...]) -> tuple[tuple[str, GroupLink], ...]:
     cluster = _CLUSTERS[token]
-    named = dict(zip(GROUP_KINDS, dims))
+    named: dict[str, int] = dict(zip(GROUP_KINDS, dims, strict=True))
     if _flat_like(cluster):
         e = uniform_domain_ranks(cluster, named, order)
         caps = domain_capacities(cluster, named, order) if e is None else e
@@ -181,9 +182,17 @@ def best_order(cluster: ClusterSpec, tp: int, cp: int, dp: int, pp: int,
 
 def _tree_unit_nodes(cluster: ClusterSpec) -> int | None:
     t = cluster.topology
-    if t is None or t.kind not in ("fat_tree", "rail_optimized"):
+    if not isinstance(t, FatTreeTopology):  # fat_tree and rail_optimized
         return None
     return t.nodes_per_leaf if cluster.nodes // t.nodes_per_leaf >= 2 else None
+
+
+def _fat_tree(cluster: ClusterSpec) -> FatTreeTopology:
+    """The topology of a cluster the callers already know is a fat tree (or rail-optimized)."""
+    t = cluster.topology
+    if not isinstance(t, FatTreeTopology):
+        raise TypeError(f"{cluster.name}: not a fat-tree cluster")  # a caller bug, not user input
+    return t
 
 
 @lru_cache(maxsize=16)
@@ -192,7 +201,7 @@ def _unit_pair(cluster: ClusterSpec) -> tuple[GraphFabric, frozenset[int], dict]
     memo for owned_share. One spine carries all of a leaf's uplink capacity: with ECMP each
     of k spines gets 1/k of the load and 1/k of the capacity, so capacity over load is
     unchanged."""
-    t = cluster.topology
+    t = _fat_tree(cluster)
     npl = t.nodes_per_leaf
     pair = cluster.model_copy(update={"name": f"{cluster.name}/unit-pair", "nodes": 2 * npl,
                                       "topology": t.model_copy(update={"spines": 1})})
@@ -259,7 +268,7 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
     if size == 1:
         return one_rank_link(cluster, kind, stride)
     world = world_size(dims)
-    npl = cluster.topology.nodes_per_leaf
+    npl = _fat_tree(cluster).nodes_per_leaf
     prog = Progressions(world, stride, size, e)
     starts = _views(prog, npl * e)
     counts, spans, _ = domain_stats(world, stride, size, e)
@@ -280,7 +289,7 @@ def _tree_kind_link(cluster: ClusterSpec, dims: dict[str, int], order: tuple[Gro
 @lru_cache(maxsize=16)
 def _unit_names(cluster: ClusterSpec) -> dict[str, tuple[int, str]]:
     """GPU vertex -> (its unit, its name in unit 0 of the unit pair)."""
-    npl = cluster.topology.nodes_per_leaf
+    npl = _fat_tree(cluster).nodes_per_leaf
     return {s.vertex: (s.node // npl, gpu_id(s.node % npl, s.local)) for s in cluster_slots(cluster)}
 
 
@@ -288,7 +297,7 @@ def _tree_placed_link(cluster: ClusterSpec, p: Placement, kind: GroupKind) -> Gr
     """_kind_link on a fat tree with down nodes (no repeating pattern): every unit's own
     flows are routed on the unit pair, O(ranks) work but no full-size graph."""
     pair, names = _unit_pair(cluster), _unit_names(cluster)
-    out_gpu = gpu_id(cluster.topology.nodes_per_leaf, 0)
+    out_gpu = gpu_id(_fat_tree(cluster).nodes_per_leaf, 0)
 
     def share(phase: list[list[tuple[str, str]]]) -> Share | None:
         per_unit: dict[int, list[tuple[str, str]]] = defaultdict(list)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from topology.placement import GroupKind, Placement
 from topology.routing import Share
@@ -64,7 +64,7 @@ def _phases(p: Placement, groups: list[list[int]]) -> tuple[list, list, list, se
         counts.update(len(v) for v in doms)
         intra.append([f for v in doms for f in _ring(v)])
         if len({len(v) for v in doms}) == 1:
-            inter.append([f for col in zip(*doms) for f in _ring(list(col))])
+            inter.append([f for col in zip(*doms, strict=True) for f in _ring(list(col))])
     return ring, intra, inter, counts, spans
 
 
@@ -93,7 +93,8 @@ def assemble_link(cluster: ClusterSpec, kind: GroupKind, size: int, stride: int,
     intra_f = _fig(shares["intra"], ring_f)
     inter_f = _fig(shares["inter"], ring_f)
     a2a = shares["a2a"]
-    a2a_f = (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS)
+    a2a_f: tuple[float | None, float | None] = (
+        (None, None) if a2a is None else (a2a.bandwidth_gb_s * (size - 1), a2a.latency_ps / PS))
     k = next(iter(counts)) if len(counts) == 1 else 1  # 1 unless every domain holds the same count
     return GroupLink(kind, size, stride, *ring_f, spans > 1, k, *intra_f, *inter_f, *a2a_f, spans)
 

@@ -97,7 +97,7 @@ class Placement:
     aligned: bool
 
     def coords(self, rank: int) -> dict[str, int]:
-        out = {}
+        out: dict[str, int] = {}
         for kind in self.order:
             out[kind] = rank % self.dims[kind]
             rank //= self.dims[kind]
@@ -244,6 +244,8 @@ class Progressions:
         ranks [start, stop); `uniform(b)` says whether group b gets cross-domain column rings."""
         out = []
         inside = range(start, stop)
+        nxt: int | None
+        prv: int | None
         for r in inside:
             b, i = self.locate(r)
             if phase == "a2a":
@@ -260,7 +262,7 @@ class Progressions:
                 continue
             if nxt is not None:
                 out.append((r, nxt))
-                if prv not in inside:
+                if prv is not None and prv not in inside:
                     out.append((prv, r))
         return out
 

@@ -18,13 +18,16 @@ from array import array
 from collections import defaultdict
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import networkx as nx
 
 from topology.errors import Problem, SpecError
 from topology.graph import CAPACITY, LATENCY
 
+# An edge key: a vertex pair on graph fabrics, (node, port, direction) on the closed-form one.
+EdgeKey = Any
 HOP_BITS = 12  # routing weight = latency_ps << HOP_BITS | hops: min latency, then min hops
 
 
@@ -32,7 +35,7 @@ HOP_BITS = 12  # routing weight = latency_ps << HOP_BITS | hops: min latency, th
 class Route:
     """The edges one flow uses with the fraction of its traffic on each, and its latency."""
 
-    edges: tuple[tuple[Hashable, float], ...]
+    edges: tuple[tuple[EdgeKey, float], ...]
     latency_ps: int
 
 
@@ -52,7 +55,7 @@ class FlatFabric:
             out.append(Route((((s, port, "out"), 1.0), ((t, port, "in"), 1.0)), self._lat[port]))
         return out
 
-    def capacity_gb_s(self, key: Hashable) -> float:
+    def capacity_gb_s(self, key: EdgeKey) -> float:
         return self._cap[key[1]]
 
     def alltoall_share(self, groups: list[list[str]]) -> Share | None:
@@ -216,10 +219,11 @@ class GraphFabric:
         key = (x, t)
         if key in self._mix:
             return self._mix[key]
+        mix: dict
         if self.hub[x]:
             mix = self._hub_route(x, t)
         else:
-            mix: dict = defaultdict(float)
+            mix = defaultdict(float)
             d, count = self._info(x, t)
             for y, w in self.out[x]:
                 if self.is_gpu[y] and y != t:
@@ -254,7 +258,7 @@ class GraphFabric:
             out.append(r)
         return out
 
-    def capacity_gb_s(self, key: Hashable) -> float:
+    def capacity_gb_s(self, key: EdgeKey) -> float:
         return self.cap[key]
 
 

@@ -6,7 +6,8 @@ memory in GB; compute in TFLOP/s (dense BF16).
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -54,7 +55,7 @@ class ClusterSpec(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "ClusterSpec":
+    def _check(self) -> ClusterSpec:
         if self.nodes * self.gpus_per_node > 10_000_000:
             raise ValueError("nodes: nodes x gpus_per_node exceeds 10,000,000 GPUs")
         bad = [n for n in self.unavailable_nodes if not 0 <= n < self.nodes]
@@ -75,7 +76,10 @@ class ClusterSpec(StrictModel):
         return (self.nodes - len(set(self.unavailable_nodes))) * self.gpus_per_node
 
 
-def parse_spec(cls: type[StrictModel], data: Any, root: str) -> Any:
+_Spec = TypeVar("_Spec", bound=StrictModel)
+
+
+def parse_spec(cls: type[_Spec], data: Any, root: str) -> _Spec:
     """Validate `data` as `cls`; raise SpecError with one Problem per error.
 
     Field paths are dotted from `root` (e.g. 'cluster.gpu.memory_gb').
@@ -90,7 +94,7 @@ def parse_spec(cls: type[StrictModel], data: Any, root: str) -> Any:
         raise SpecError(f"invalid {root}: " + "; ".join(map(str, problems)), problems) from None
 
 
-def _problem(root: str, err: dict) -> Problem:
+def _problem(root: str, err: Mapping[str, Any]) -> Problem:
     """One Problem; a cross-field message 'field: reason' is filed under that field."""
     path, reason = _path(root, err["loc"]), _reason(err)
     field, sep, rest = reason.partition(": ")
@@ -104,7 +108,7 @@ def _path(root: str, loc: tuple) -> str:
     return ".".join(parts)
 
 
-def _reason(err: dict) -> str:
+def _reason(err: Mapping[str, Any]) -> str:
     msg = err.get("msg", "invalid")
     if err.get("type") == "extra_forbidden":
         return "unknown field"

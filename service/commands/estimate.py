@@ -12,7 +12,8 @@ from topology.catalog import load_cluster
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("estimate", help="step time, MFU, memory by component, fit and grad-sync bound of one layout")
+    p = subparsers.add_parser(
+        "estimate", help="step time, MFU, memory by component, fit and grad-sync bound of one layout")
     p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
     p.add_argument("--training", required=True, help="training preset name or JSON path")

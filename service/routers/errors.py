@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -109,8 +110,9 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers above on `app`."""
-    app.add_exception_handler(RequestValidationError, _on_validation)
-    app.add_exception_handler(PlannerError, _on_planner_error)
-    app.add_exception_handler(ServiceBusy, _on_busy)
-    app.add_exception_handler(StarletteHTTPException, _on_http)
-    app.add_exception_handler(Exception, _on_unexpected)
+    # Callable[..., ...]: Starlette types a handler's exception as plain Exception.
+    handlers: dict[type[Exception], Callable[..., Awaitable[JSONResponse]]] = {
+        RequestValidationError: _on_validation, PlannerError: _on_planner_error,
+        ServiceBusy: _on_busy, StarletteHTTPException: _on_http, Exception: _on_unexpected}
+    for exc_type, handler in handlers.items():
+        app.add_exception_handler(exc_type, handler)

@@ -11,18 +11,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SEED_MODEL = {"name": "seed-70b", "layers": 80, "hidden": 8192, "ffn_hidden": 28672,
+SEED_MODEL: dict[str, Any] = {"name": "seed-70b", "layers": 80, "hidden": 8192, "ffn_hidden": 28672,
               "ffn_gated": True, "heads": 64, "kv_heads": 8, "head_dim": 128,
               "vocab": 128000, "tied_embeddings": True}
-SEED_CLUSTER = {"name": "seed-512", "nodes": 64, "gpus_per_node": 8,
+SEED_CLUSTER: dict[str, Any] = {"name": "seed-512", "nodes": 64, "gpus_per_node": 8,
                 "gpu": {"name": "seed-gpu", "memory_gb": 80, "peak_tflops": 1000, "hbm_gb_s": 3350},
                 "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
                 "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}}
-SEED_TRAINING = {"tokens": 300e9, "seq_len": 8192, "global_batch_tokens": 4194304}
-SEED_LAYOUT = {"tp": 8, "pp": 1, "dp": 64, "cp": 1, "vpp": 1, "sequence_parallel": True,
+SEED_TRAINING: dict[str, Any] = {"tokens": 300e9, "seq_len": 8192, "global_batch_tokens": 4194304}
+SEED_LAYOUT: dict[str, Any] = {"tp": 8, "pp": 1, "dp": 64, "cp": 1, "vpp": 1, "sequence_parallel": True,
                "zero_stage": 1, "micro_batch": 1, "recompute": "selective"}
 
-_PRESET_OR_OBJECT = {"oneOf": [{"type": "string", "description": "preset name (GET /v1/presets)"},
+_PRESET_OR_OBJECT: dict[str, Any] = {"oneOf": [{"type": "string", "description": "preset name (GET /v1/presets)"},
                                {"type": "object"}]}
 
 
@@ -109,7 +109,7 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
-def error_responses(*codes: int) -> dict[int, dict[str, Any]]:
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries for these status codes, all with the ErrorOut body."""
     text = {401: "missing or wrong bearer token", 404: "unknown plan id",
             413: "request body too large",

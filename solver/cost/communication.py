@@ -13,7 +13,7 @@ here); the calibrated constants assume it.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from topology.collectives import allgather_time_s, allreduce_time_s, p2p_time_s, reduce_scatter_time_s
 from topology.groups import GroupLink

@@ -23,7 +23,7 @@ from solver.cost.accounting import StateBytes, per_gpu_model_state_bytes
 from solver.cost.compute import ACT_BYTES
 from solver.cost.options import AttentionKernel
 from solver.cost.terms import CostContext, layers_on_rank
-from solver.specs import LayoutSpec, ModelSpec, Recompute
+from solver.specs import LayoutSpec, ModelSpec, Recompute, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,14 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     return ACT_BYTES * s_b * ctx.model.hidden + LOGIT_BYTES * s_b * ctx.model.vocab / tp
 
 
-def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: int) -> StateBytes:
+def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage) -> StateBytes:
     """Weights, gradients, optimizer state per GPU (accounting.per_gpu_model_state_bytes)."""
     layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=zero)
     return per_gpu_model_state_bytes(ctx.params.total, ctx.training.precision, layout)
 
 
 def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, sp: bool,
-                      zero: int, micro_batch: int) -> float:
+                      zero: ZeroStage, micro_batch: int) -> float:
     """Communication buffers per GPU, bytes.
 
     DP: two gradient buckets in flight (Megatron DDP); SP: the all-gathered layer input

@@ -46,14 +46,15 @@ chosen_split give the split a search assigns. Without a split, the formulas abov
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from solver.cost import memory as M
 from solver.cost import terms as T
 from solver.cost.accounting import per_gpu_model_state_bytes
 from solver.cost.terms import CostContext, layers_on_rank
-from solver.specs import LayoutSpec
+from solver.specs import LayoutSpec, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,9 @@ class StepTime:
 def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTerms:
     """Evaluate every time term for a layout (the scalars are read off the layout)."""
     lo = layout
-    per_layer = dict(tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
-                     micro_batch=lo.micro_batch)
-    dp_args = dict(tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp, zero=lo.zero_stage)
+    per_layer: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "sp": lo.sequence_parallel, "recompute": lo.recompute,
+                     "micro_batch": lo.micro_batch}
+    dp_args: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "dp": lo.dp, "pp": lo.pp, "zero": lo.zero_stage}
     return TimeTerms(
         layer_compute_s=T.layer_compute_s(ctx, **per_layer),
         layer_tp_comm_s=T.layer_tp_comm_s(ctx, **per_layer),
@@ -173,7 +174,7 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     m = grad_accum
     layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
     n, extra = rank_layers(split, pp), stage_extras_s(terms, pp)
-    times = [n_r * layer_s + terms.p2p_per_microbatch_s + e for n_r, e in zip(n, extra)]
+    times = [n_r * layer_s + terms.p2p_per_microbatch_s + e for n_r, e in zip(n, extra, strict=True)]
     t_max = max(times)
     slow = times.index(t_max)
     fill = (sum(times) - t_max) / vpp
@@ -212,13 +213,13 @@ def balanced_split(terms: TimeTerms, *, layers: int, pp: int, grad_accum: int,
         caps = _time_caps(layer_s, extra, layers, max_layers)
     else:
         caps = [layers - pp + 1] * pp
-        caps = caps if max_layers is None else [min(c, k) for c, k in zip(caps, max_layers)]
+        caps = caps if max_layers is None else [min(c, k) for c, k in zip(caps, max_layers, strict=True)]
     flight = [min(pp - r, grad_accum) for r in range(pp)]
 
     def level(mem: int) -> list[int]:
-        return [min(c, mem // f) for c, f in zip(caps, flight)]
+        return [min(c, mem // f) for c, f in zip(caps, flight, strict=True)]
 
-    lo, hi = max(flight), max(c * f for c, f in zip(caps, flight))
+    lo, hi = max(flight), max(c * f for c, f in zip(caps, flight, strict=True))
     while lo < hi:
         mid = (lo + hi) // 2
         if sum(level(mid)) >= layers:
@@ -249,7 +250,7 @@ def _time_caps(layer_s: float, extra: list[float], layers: int, max_layers: list
     def caps(t: float) -> list[int]:
         by_e = {e: cap(t, e) for e in set(extra)}
         if max_layers is not None:
-            return [min(by_e[e], k) for e, k in zip(extra, max_layers)]
+            return [min(by_e[e], k) for e, k in zip(extra, max_layers, strict=True)]
         return [by_e[e] for e in extra]
 
     if max_layers is not None:  # memory caps can push T anywhere: every stage time is a candidate
@@ -325,8 +326,8 @@ def stage_layer_limits(ctx: CostContext, layout: LayoutSpec, grad_accum: int, li
     of n layers on every rank (default stage_profile): both only for memoization.
     """
     lo, layers = layout, ctx.model.layers
-    kw = dict(tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
-    shared = buffer_terms(ctx, lo)
+    kw: dict[str, Any] = {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "zero": lo.zero_stage}
+    shared: dict[str, Any] = buffer_terms(ctx, lo)
     if profile is None:
         def profile(n: int) -> list:
             return stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
@@ -392,15 +393,16 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
 def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:
     """The logits and communication-buffer terms of a layout (bytes per GPU)."""
     lo = layout
-    return dict(logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-                comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
+    return {"logits": M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
+                "comm_buffers": M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
                                                  sp=lo.sequence_parallel, zero=lo.zero_stage,
-                                                 micro_batch=lo.micro_batch))
+                                                 micro_batch=lo.micro_batch)}
 
 
 def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> MemoryTerms:
     """Memory terms of the busiest rank of layout.pipeline_layers (stage by stage)."""
     lo = layout
+    assert lo.pipeline_layers is not None  # callers route only explicit splits here
     profile = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                             micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
                             split=lo.pipeline_layers)
@@ -445,7 +447,7 @@ def dominant_stages(profile: list[tuple[int, float, bool]]) -> list[tuple[int, f
     return [(p, a, last) for (p, last), a in best.items()]
 
 
-def stage_state(ctx: CostContext, params: int, *, tp: int, pp: int, dp: int, cp: int, zero: int):
+def stage_state(ctx: CostContext, params: int, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage):
     """Model state per GPU of a rank holding `params` parameters (accounting.per_gpu_model_state_bytes
     of params x pp, which spreads them over tp x pp)."""
     return per_gpu_model_state_bytes(params * pp, ctx.training.precision,
@@ -453,7 +455,7 @@ def stage_state(ctx: CostContext, params: int, *, tp: int, pp: int, dp: int, cp:
 
 
 def stage_memory_terms(ctx: CostContext, stage: tuple[int, float, bool], *, tp: int, pp: int, dp: int,
-                       cp: int, zero: int, logits: float, comm_buffers: float, state=None) -> MemoryTerms:
+                       cp: int, zero: ZeroStage, logits: float, comm_buffers: float, state=None) -> MemoryTerms:
     """Memory terms of one rank of an explicit split: its own parameters' state (stage_state;
     pass it when already computed), its activations, the LM-head buffers on the last rank
     only, and the shared buffers."""

@@ -18,7 +18,7 @@ from solver.cost.communication import (
     allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
 )
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
-from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec
+from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
 from topology.spec import ClusterSpec
 
@@ -240,7 +240,7 @@ def _hidden(comm_s: float, last_s: float, window_s: float, overlap: float) -> fl
     return max(0.0, comm_s - last_s - overlap * window_s) + last_s
 
 
-def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int,
+def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: ZeroStage,
                  grad_accum: int) -> float:
     """Exposed DP time per step on one GPU, seconds.
 
@@ -275,7 +275,7 @@ def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: 
     return m * (gather + _hidden(t.allgather_s + t.reduce_scatter_s, t.rs_bucket_s, bwd, f))
 
 
-def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: int) -> float:
+def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: ZeroStage) -> float:
     """Optimizer step over the local shard, memory-bound, seconds.
 
     Adam (Kingma & Ba 2015) reads the gradient twice (norm for clipping, update), reads

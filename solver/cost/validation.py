@@ -12,7 +12,8 @@ import json
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from solver.cost.estimate import estimate_layout
 from solver.cost.options import CostOptions
@@ -115,13 +116,13 @@ def error_stats(errors: Iterable[float]) -> dict[str, float]:
 
 def summarize(results: list[CaseResult]) -> dict[str, Any]:
     """error_stats over the measured cases, the worst case, fits and defaults counted."""
-    errs = [r for r in results if r.error is not None]
+    errs = [(r.id, r.error) for r in results if r.error is not None]
     if not errs:
         return {"cases": len(results), "measured_cases": 0}
-    worst = max(errs, key=lambda r: abs(r.error))
+    worst = max(errs, key=lambda e: abs(e[1]))
     defaulted = Counter(item for r in results for item in r.defaulted)
-    return {"cases": len(results), "measured_cases": len(errs), **error_stats(r.error for r in errs),
-            "worst_case": worst.id, "fits": sum(r.fits for r in results), "defaulted": dict(defaulted)}
+    return {"cases": len(results), "measured_cases": len(errs), **error_stats(e for _, e in errs),
+            "worst_case": worst[0], "fits": sum(r.fits for r in results), "defaulted": dict(defaulted)}
 
 
 def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:

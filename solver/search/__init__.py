@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["search_layouts", "exhaustive_search", "SearchOptions", "SearchResult"]
+__all__ = ["SearchOptions", "SearchResult", "exhaustive_search", "search_layouts"]
 _WHERE = {"search_layouts": "api", "exhaustive_search": "exhaustive", "SearchOptions": "options",
           "SearchResult": "result"}
 

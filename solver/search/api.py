@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, NoReturn
+from collections.abc import Callable
 
 from solver.errors import InfeasibleError, Problem, SolverTimeoutError, SpecError
 from solver.search.cpsat import LayoutModel
@@ -85,12 +86,16 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
     """
     import dataclasses
 
-    t0, results, errors = time.perf_counter(), [], []
+    t0 = time.perf_counter()
+    results: list[SearchResult] = []
+    searched: list[str] = []  # the orders of `results` (an order that raised has none)
+    errors: list[InfeasibleError | SolverTimeoutError] = []
     for order in options.rank_orders:
         left_s = max(1e-3, options.time_limit_s - (time.perf_counter() - t0))
         one = options.model_copy(update={"rank_orders": (order,), "time_limit_s": left_s})
         try:
             results.append(search_layouts(model, cluster, training, one, **kw))
+            searched.append(order)
         except (InfeasibleError, SolverTimeoutError) as exc:
             errors.append(exc)
     if not results:
@@ -103,7 +108,7 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
         first, layouts=layouts, status=status,
         seconds=time.perf_counter() - t0, bound_units=bound, gap=gap,
         solves=sum(r.solves for r in results), evaluated=sum(r.evaluated for r in results),
-        notes=notes, phases={o: r.phases for o, r in zip(options.rank_orders, results)})
+        notes=notes, phases={o: r.phases for o, r in zip(searched, results, strict=True)})
 
 
 def _search(model, cluster, training, options: SearchOptions, rows_builder: RowsBuilder,
@@ -115,7 +120,7 @@ def _search(model, cluster, training, options: SearchOptions, rows_builder: Rows
         rows = rows_builder(LayoutModel(model, cluster, training, options))
     if not rows.pipe_keys or not rows.shard_keys:
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
-    phases = {"tables_s": time.perf_counter() - t0}
+    phases: dict[str, Any] = {"tables_s": time.perf_counter() - t0}
     deadline = time.perf_counter() + options.time_limit_s  # the solver's budget, after the tables
     coef = coefficients(rows, options, training)
     best = optimize(rows, coef, options, deadline)
@@ -135,7 +140,7 @@ def _search(model, cluster, training, options: SearchOptions, rows_builder: Rows
     return res
 
 
-def _raise_infeasible(model, cluster, training, options, cost_options, explain: bool) -> None:
+def _raise_infeasible(model, cluster, training, options, cost_options, explain: bool) -> NoReturn:
     explanation: dict = {}
     if explain:
         from solver.search.explain import explain_infeasible
@@ -216,7 +221,7 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     mine = coef.exact(layout, est.step_time_s)
     err = coef.error_units + 1.0
     below = near = fitting = 0
-    for pipes, shards, fit in rows.groups().values():
+    for _pipes, shards, fit in rows.groups().values():
         for j in shards:
             for i in fit[j]:
                 v = coef.pipe[i] + coef.shard[j]

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ortools.sat.python import cp_model
 
 from solver.search import rules
 from solver.search.options import SearchOptions
 from solver.search.space import Domains, domains
-from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from solver.specs import LayoutSpec, ModelSpec, Recompute, TrainingSpec
 from topology.spec import ClusterSpec
 
 FIELDS = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "recompute", "sequence_parallel")
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+RECOMPUTE_CODES: dict[Recompute, int] = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES: dict[int, Recompute] = {v: k for k, v in RECOMPUTE_CODES.items()}
 
 
 class LayoutModel:
@@ -49,7 +50,7 @@ class LayoutModel:
 
     # --- variables -------------------------------------------------------------------
     def _new(self, name: str, values: Iterable[int]) -> cp_model.IntVar:
-        vals = tuple(sorted(set(int(v) for v in values)))
+        vals = tuple(sorted({int(v) for v in values}))
         self.values[name] = vals
         domain = cp_model.Domain.from_values(list(vals)) if vals else cp_model.Domain(0, 0)
         self.var[name] = self.cp.new_int_var_from_domain(domain, name)
@@ -151,7 +152,7 @@ class LayoutModel:
 
 def decode(values: dict[str, int]) -> dict:
     """Integer field values -> LayoutSpec field values (recompute name, sequence_parallel bool)."""
-    out = dict(values)
+    out: dict[str, Any] = dict(values)
     if "recompute" in out:
         out["recompute"] = RECOMPUTE_NAMES[out["recompute"]]
     if "sequence_parallel" in out:

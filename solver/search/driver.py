@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
@@ -49,7 +49,7 @@ def optimize(rows: TermRows, coef: Coefficients, options: SearchOptions, deadlin
     solver = make_solver(options, deadline)
     name = solver.status_name(solver.solve(sm.cp))
     if name in ("OPTIMAL", "FEASIBLE"):
-        return Optimum(name, int(round(solver.objective_value)), solver.best_objective_bound)
+        return Optimum(name, round(solver.objective_value), solver.best_objective_bound)
     return Optimum(name, None, None)
 
 
@@ -58,7 +58,8 @@ class _Collector(cp_model.CpSolverSolutionCallback):
 
     def __init__(self, sm: SearchModel, seen: set) -> None:
         super().__init__()
-        self.sm, self.seen, self.new = sm, seen, []
+        self.sm, self.seen = sm, seen
+        self.new: list[tuple[int, int]] = []
 
     def on_solution_callback(self) -> None:
         pair = self.sm.chosen(self.value)
@@ -80,8 +81,8 @@ class Window:
 
 
 def enumerate_window(rows: TermRows, coef: Coefficients, win: Window, options: SearchOptions,
-                     deadline: float) -> list[tuple[int, int]]:
-    """New (pipeline, shard) row pairs with objective <= win.threshold."""
+                     deadline: float) -> list[LayoutSpec]:
+    """The layouts of new (pipeline, shard) row pairs with objective <= win.threshold."""
     pipe, shard = window_rows(rows, coef, win.threshold, win.floors)
     if not pipe or not shard:
         return []

@@ -8,7 +8,8 @@ layout's fields so equal objectives have a fixed order. Nothing clever on purpos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from solver.search.objective import meets_deadline, objective_units
 from solver.search.options import SearchOptions

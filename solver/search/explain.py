@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from solver.errors import SolverTimeoutError
@@ -41,7 +43,7 @@ EXPLAIN_MIN_S = 20.0
 # Option values the allow_* fixes offer when the options exclude them, lightest change
 # first (each one lowers the memory of the one before; ZeRO-0 and no recompute never do).
 LIGHTER_VALUES = {"zero_stages": (1, 2, 3), "recompute": ("selective", "full")}
-STRUCTURAL_RELAXATIONS = {
+STRUCTURAL_RELAXATIONS: dict[str, dict[str, Any]] = {
     "gpus": {"allow_fewer_gpus": True},
     "batch": {"batch_tolerance": 0.25},
     "tensor": {"allow_tp_outside_node": True},
@@ -276,9 +278,10 @@ def explain_infeasible(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         reason = (f"no layout fits in GPU memory: the lightest layout needs {need / 1e9:.1f} GB per "
                   f"GPU, {light['usable_bytes'] / 1e9:.1f} GB usable of {cluster.gpu.memory_gb:g} GB")
     args, kw = (model, cluster, training, options, cost_options), {"deadline": deadline}
-    tried = {f"allow_{field}": (lambda field=field, order=order: fix_allow(*args, field, order, **kw))
-             for field, order in LIGHTER_VALUES.items()  # only when the options excluded one
-             if not set(order) <= set(getattr(options, field))}
+    tried: dict[str, Callable[[], dict | None]] = {
+        f"allow_{field}": partial(fix_allow, *args, field, order, **kw)
+        for field, order in LIGHTER_VALUES.items()  # only when the options excluded one
+        if not set(order) <= set(getattr(options, field))}
     tried |= {"more_gpus": lambda: fix_more_gpus(*args, **kw),
               "shorter_sequence": lambda: fix_shorter_sequence(*args, **kw),
               "bigger_gpu": lambda: fix_bigger_gpu(*args, **kw)}
@@ -316,6 +319,7 @@ def _deadline(model, cluster, training, options: SearchOptions, cost_options) ->
     from solver.search.api import search_layouts
     from solver.search.objective import run_steps
 
+    assert options.deadline_s is not None  # only the min_gpus_deadline objective gets here
     fast = search_layouts(model, cluster, training, options.model_copy(
         update={"objective": "step_time", "deadline_s": None, "top_k": 1}),
         cost_options=cost_options, explain=False).layouts[0]

@@ -12,7 +12,8 @@ pipeline degree admits), and solver.search.api searches the largest few of them.
 from __future__ import annotations
 
 import time
-from typing import Callable, NoReturn
+from typing import NoReturn
+from collections.abc import Callable
 
 import numpy as np
 

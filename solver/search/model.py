@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ortools.sat.python import cp_model
 
@@ -32,12 +32,12 @@ SHARD_KEY = ("tp", "pp", "cp", "dp", "sequence_parallel", "zero_stage", "micro_b
 
 
 def pipe_group(key: tuple) -> tuple:
-    tp, pp, cp, dp, vpp, mb, sp, rc = key
+    tp, pp, cp, dp, _vpp, mb, sp, _rc = key
     return (tp, pp, cp, dp, sp, mb)
 
 
 def shard_group(key: tuple) -> tuple:
-    tp, pp, cp, dp, sp, zero, mb = key
+    tp, pp, cp, dp, sp, _zero, mb = key
     return (tp, pp, cp, dp, sp, mb)
 
 
@@ -137,20 +137,21 @@ def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec)
         top = max(mult.values()) * (max(rows.pipe_units) + max(rows.shard_units))
         div = max(1, math.ceil(top / 2**52))
         return Coefficients(
-            [round(mult[pipe_group(k)] * u / div) for k, u in zip(rows.pipe_keys, rows.pipe_units)],
-            [round(mult[shard_group(k)] * u / div) for k, u in zip(rows.shard_keys, rows.shard_units)],
+            [round(mult[pipe_group(k)] * u / div) for k, u in zip(rows.pipe_keys, rows.pipe_units, strict=True)],
+            [round(mult[shard_group(k)] * u / div) for k, u in zip(rows.shard_keys, rows.shard_units, strict=True)],
             rows.error_units * max(mult.values()) / div + (1.0 if div > 1 else 0.0),
             lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S / div)
     weight = max(rows.pipe_units) + max(rows.shard_units) + 1  # GPUs first, then step time
     deadline = None
     if kind == "min_gpus_deadline":
-        run_pipe = [steps[pipe_group(k)] * u for k, u in zip(rows.pipe_keys, rows.pipe_units)]
-        run_shard = [steps[shard_group(k)] * u for k, u in zip(rows.shard_keys, rows.shard_units)]
+        run_pipe = [steps[pipe_group(k)] * u for k, u in zip(rows.pipe_keys, rows.pipe_units, strict=True)]
+        run_shard = [steps[shard_group(k)] * u for k, u in zip(rows.shard_keys, rows.shard_units, strict=True)]
         slack = math.ceil(rows.error_units * max(steps.values()))  # relaxed; the evaluator decides
+        assert options.deadline_s is not None  # SearchOptions requires it for this objective
         deadline = (run_pipe, run_shard, time_int(options.deadline_s) + slack)
     return Coefficients(
         rows.pipe_units,
-        [u + weight * k[0] * k[1] * k[2] * k[3] for k, u in zip(rows.shard_keys, rows.shard_units)],
+        [u + weight * k[0] * k[1] * k[2] * k[3] for k, u in zip(rows.shard_keys, rows.shard_units, strict=True)],
         rows.error_units, lambda lo, t: lo.gpus * weight + t / TIME_UNIT_S, deadline, weight)
 
 
@@ -182,8 +183,8 @@ class SearchModel:
 
     def _link(self, memory_limit: bool) -> None:
         """Rows agree on their group; a shard row needs a compatible (fitting) pipeline row."""
-        x = dict(zip(self.pipe_idx, self.x))
-        y = dict(zip(self.shard_idx, self.y))
+        x = dict(zip(self.pipe_idx, self.x, strict=True))
+        y = dict(zip(self.shard_idx, self.y, strict=True))
         for pipes, shards, fit in self.rows.groups().values():
             xs, ys = [x[i] for i in pipes if i in x], [y[j] for j in shards if j in y]
             if not xs and not ys:
@@ -208,14 +209,14 @@ def row_floors(rows: TermRows, coef: Coefficients) -> tuple[list[float], list[fl
     in its group (inf when that table has no row of the group)."""
     best_pipe: dict[tuple, int] = {}
     best_shard: dict[tuple, int] = {}
-    for k, c in zip(rows.pipe_keys, coef.pipe):
+    for k, c in zip(rows.pipe_keys, coef.pipe, strict=True):
         g = pipe_group(k)
         best_pipe[g] = min(best_pipe.get(g, c), c)
-    for k, c in zip(rows.shard_keys, coef.shard):
+    for k, c in zip(rows.shard_keys, coef.shard, strict=True):
         g = shard_group(k)
         best_shard[g] = min(best_shard.get(g, c), c)
-    return ([c + best_shard.get(pipe_group(k), math.inf) for k, c in zip(rows.pipe_keys, coef.pipe)],
-            [c + best_pipe.get(shard_group(k), math.inf) for k, c in zip(rows.shard_keys, coef.shard)])
+    return ([c + best_shard.get(pipe_group(k), math.inf) for k, c in zip(rows.pipe_keys, coef.pipe, strict=True)],
+            [c + best_pipe.get(shard_group(k), math.inf) for k, c in zip(rows.shard_keys, coef.shard, strict=True)])
 
 
 def window_rows(rows: TermRows, coef: Coefficients, threshold: int,
@@ -255,7 +256,8 @@ def useful_rows(rows: TermRows, coef: Coefficients, memory_limit: bool = True,
     every fitting partner of it (the optimum value is unchanged; the window enumeration
     uses all rows).
     """
-    keep_p = keep_s = None
+    keep_p: set[int] | None = None
+    keep_s: set[int] = set()
     if bound is not None:
         kp, ks = window_rows(rows, coef, bound)
         keep_p, keep_s = set(kp), set(ks)

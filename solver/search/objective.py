@@ -12,6 +12,7 @@ CP-SAT integer objective and the float value differ only by rounding:
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from solver.cost.accounting import batch_plan
 from solver.errors import SpecError
@@ -25,14 +26,25 @@ from solver.specs import LayoutSpec, TrainingSpec
 GPU_WEIGHT = 2**36
 
 
-def run_steps(training: TrainingSpec, layout: LayoutSpec) -> int:
+class LayoutShape(Protocol):
+    """What the objective reads of a layout: a LayoutSpec, or a row's shape (search.prune)."""
+
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def dp(self) -> int: ...
+    @property
+    def micro_batch(self) -> int: ...
+
+
+def run_steps(training: TrainingSpec, layout: LayoutShape) -> int:
     """Optimizer steps for the run. Raises: SpecError when training.tokens is missing."""
     if training.tokens is None:
         raise SpecError("training.tokens: needed for the min_cost and min_gpus_deadline objectives")
     return math.ceil(training.tokens / batch_plan(training, layout.dp, layout.micro_batch).tokens_per_step)
 
 
-def objective_units(options: SearchOptions, training: TrainingSpec, layout: LayoutSpec,
+def objective_units(options: SearchOptions, training: TrainingSpec, layout: LayoutShape,
                     step_time_s: float) -> float:
     """The objective of one layout in time units (float; lower is better)."""
     step_u = step_time_s / TIME_UNIT_S
@@ -46,6 +58,6 @@ def objective_units(options: SearchOptions, training: TrainingSpec, layout: Layo
 def meets_deadline(options: SearchOptions, training: TrainingSpec, layout: LayoutSpec,
                    step_time_s: float) -> bool:
     """Whether the run ends by the deadline (always true without a deadline objective)."""
-    if options.objective != "min_gpus_deadline":
+    if options.objective != "min_gpus_deadline" or options.deadline_s is None:
         return True
     return run_steps(training, layout) * step_time_s <= options.deadline_s

@@ -69,7 +69,7 @@ class SearchOptions(StrictModel):
     max_cp: int = Field(default=16, ge=1, le=1024, description="Largest context-parallel degree.")
 
     @model_validator(mode="after")
-    def _check(self) -> "SearchOptions":
+    def _check(self) -> SearchOptions:
         if self.objective == "min_gpus_deadline" and self.deadline_s is None:
             raise ValueError("objective min_gpus_deadline needs deadline_s")
         return self

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from types import SimpleNamespace
-from typing import Callable
+from collections.abc import Callable
 
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.model import pipe_group
@@ -51,7 +51,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         return steps[(g[3], g[5])]
 
     def objective(g: tuple, step_s: float) -> float:
-        tp, pp, cp, dp, sp, mb = g
+        tp, pp, cp, dp, _sp, mb = g
         shape = SimpleNamespace(gpus=tp * pp * cp * dp, dp=dp, micro_batch=mb)  # what objective_units reads
         return objective_units(options, training, shape, step_s)
 

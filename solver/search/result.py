@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+import math
 from typing import Any, Literal
 
 from solver.search.exhaustive import layout_key
@@ -89,5 +90,6 @@ def merge_ranked(results: list[SearchResult], top_k: int,
     layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
     proven = complete and all(res.status == "OPTIMAL" for res in results)
     best = layouts[0].objective_units
-    bound = best if proven else min(res.bound_units for res in results)
+    # a search without a proven bound bounds nothing: -inf (its gap is then infinite)
+    bound = best if proven else min(-math.inf if r.bound_units is None else r.bound_units for r in results)
     return layouts, "OPTIMAL" if proven else "FEASIBLE", bound, relative_gap(best, bound)

@@ -33,17 +33,17 @@ def _checked(units: float) -> float:
 
 def to_int(value: float, unit: float) -> int:
     """Nearest integer number of `unit`s (error <= unit / 2). Raises: PlannerError when out of range."""
-    return int(round(_checked(value / unit)))
+    return round(_checked(value / unit))
 
 
 def floor_int(value: float, unit: float) -> int:
     """Largest integer number of `unit`s not above `value` (value - unit < result * unit <= value)."""
-    return int(math.floor(_checked(value / unit)))
+    return math.floor(_checked(value / unit))
 
 
 def ceil_int(value: float, unit: float) -> int:
     """Smallest integer number of `unit`s not below `value`."""
-    return int(math.ceil(_checked(value / unit)))
+    return math.ceil(_checked(value / unit))
 
 
 def resolution(unit: float) -> float:

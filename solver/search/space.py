@@ -8,11 +8,12 @@ every rule to whole layouts and is deliberately a plain nested loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Literal
+from collections.abc import Iterator
 
 from solver.search import rules
 from solver.search.options import SearchOptions
-from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from solver.specs import LayoutSpec, ModelSpec, Recompute, TrainingSpec
 from topology.spec import ClusterSpec
 
 
@@ -32,8 +33,8 @@ class Domains:
     cp: tuple[int, ...]
     dp: tuple[int, ...]
     micro_batch: tuple[int, ...]
-    zero_stage: tuple[int, ...]
-    recompute: tuple[str, ...]
+    zero_stage: tuple[Literal[0, 1, 2, 3], ...]
+    recompute: tuple[Recompute, ...]
     sequence_parallel: tuple[bool, ...] = (False, True)
 
 

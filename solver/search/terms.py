@@ -37,7 +37,7 @@ from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import prune_keys
 from solver.search.rules import accumulation
 from solver.search.scaling import time_int
-from solver.specs import LayoutSpec
+from solver.specs import LayoutSpec, Recompute
 
 STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
 
@@ -77,7 +77,7 @@ class _Terms:
                 split=(n,) * pp))
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
-        kw = dict(tp=tp, cp=cp, recompute=rc, micro_batch=mb)
+        kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb}
         return (T.layer_compute_s(self.ctx, sp=sp, **kw), T.layer_tp_comm_s(self.ctx, sp=sp, **kw),
                 T.layer_cp_comm_s(self.ctx, **kw))
 
@@ -133,17 +133,17 @@ class _Terms:
     def _pair_memory(self, shard: tuple, vpp: int, rc: str, m: int) -> float:
         """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb) with
         pipeline fields vpp and rc (pair_total of the memoized row and shard terms)."""
-        tp, pp, cp, dp, sp, zero, mb = shard
+        tp, pp, cp, dp, sp, _zero, mb = shard
         _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
     def _variant_memory(self, shard: tuple, vpp: int, rc: str, m: int, split: tuple[int, ...]) -> float:
         """Memory per GPU of the layout of a shard row with pipeline fields vpp, rc and `split`."""
-        tp, pp, cp, dp, sp, zero, mb = shard
+        tp, pp, cp, _dp, sp, _zero, mb = shard
         act, prof = self.act(tp, cp, bool(sp), rc, mb, pp, vpp, m, split)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
-    def _choice(self, shard: tuple, vpp: int, rc: str, m: int) -> tuple:
+    def _choice(self, shard: tuple, vpp: int, rc: Recompute, m: int) -> tuple:
         """(split, pipeline seconds, memory bytes per GPU) of the layout of a shard row with
         pipeline fields vpp and rc: the row's split when it fits, else the fastest split whose
         every stage fits (step.memory_aware_split, the evaluator's rule)."""
@@ -198,8 +198,8 @@ class _Terms:
         a split the busiest stage's (step.stage_memory_terms, as step.split_memory_terms)."""
         if prof is None:
             return self.memory_total(rest, act)
-        tp, pp, cp, dp, sp, zero, mb = shard
-        kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+        tp, pp, cp, dp, _sp, zero, _mb = shard
+        kw = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "zero": zero}
         return max(compose_memory(stage_memory_terms(
             self.ctx, st, **kw, logits=rest[3], comm_buffers=rest[4],
             state=self.stage_state(st[0], tp, pp, dp, cp, zero)))["total"] for st in prof)
@@ -224,7 +224,7 @@ class _Terms:
 
     def _dp_opt(self, tp, cp, dp, pp, zero_stage, m) -> float:
         """dp_exposed_s + optimizer_s of one step with m micro-batches per replica."""
-        kw = dict(tp=tp, cp=cp, dp=dp, pp=pp, zero=zero_stage)
+        kw = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "zero": zero_stage}
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
 
@@ -262,7 +262,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     for key in all_keys:
         in_time()
         tp, pp, cp, dp, vpp, mb, sp, rc = key
-        split, pipe_s, a, prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
+        split, pipe_s, a, _prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
         keys.append(key)
         splits.append(split)
         pipe.append(time_int(pipe_s))  # 0 without time columns
@@ -276,14 +276,14 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         _add_memory_variants(t, keys, splits, pipe, act, shards, accum)
 
     def choice(i: int, j: int) -> tuple:
-        tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
+        _tp, _pp, _cp, dp, vpp, mb, _sp, rc = keys[i]
         return t.choice(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)])
 
     def memory(i: int, j: int) -> float:
         split, _, total = choice(i, j)
         if split == splits[i]:
             return total
-        tp, pp, cp, dp, vpp, mb, sp, rc = keys[i]
+        _tp, _pp, _cp, dp, vpp, mb, _sp, rc = keys[i]
         return t.variant_memory(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)], splits[i])
 
     def fits(i: int, j: int) -> bool:
@@ -306,8 +306,8 @@ def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: l
     by_group: dict[tuple, list[tuple]] = {}
     for shard in shards:
         by_group.setdefault(shard_group(shard), []).append(shard)
-    seen = set(zip(keys, splits))
-    for key, split0 in list(zip(keys, splits)):
+    seen = set(zip(keys, splits, strict=True))
+    for key, split0 in list(zip(keys, splits, strict=True)):
         tp, pp, cp, dp, vpp, mb, sp, rc = key
         if split0 is None or vpp > 1:
             continue
