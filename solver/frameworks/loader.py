@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from solver.errors import Problem, SpecError, UnknownPresetError
@@ -17,7 +17,7 @@ def framework_names() -> list[str]:
     return sorted(FRAMEWORK_NAMES)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(name: str) -> FrameworkProfile:
     path = DATA / f"{name}.json"
     try:

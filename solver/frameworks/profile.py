@@ -8,14 +8,14 @@ Units: `_bytes` are bytes per parameter of the rank's TP x PP share of the model
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
 from topology.spec import StrictModel
 
 FrameworkName = Literal["megatron-core", "torchtitan", "deepspeed"]
-FRAMEWORK_NAMES: tuple[str, ...] = FrameworkName.__args__
+FRAMEWORK_NAMES: tuple[str, ...] = get_args(FrameworkName)
 DEFAULT_FRAMEWORK: FrameworkName = "megatron-core"
 ZeroStage = Literal[0, 1, 2, 3]
 AttentionKernel = Literal["flash", "unfused"]
@@ -129,7 +129,7 @@ class FrameworkProfile(StrictModel):
     memory: MemorySemantics
 
     @model_validator(mode="after")
-    def _recipes_cover_stages(self) -> "FrameworkProfile":
+    def _recipes_cover_stages(self) -> FrameworkProfile:
         caps = self.capabilities
         for pp, stages in ((1, caps.zero_stages_without_pp.value), (2, caps.zero_stages_with_pp.value)):
             for z in stages:
