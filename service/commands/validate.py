@@ -15,7 +15,8 @@ from solver.errors import SpecError
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "validate", help="predicted vs measured step time for runs in the calibration schema")
+        "validate", help="predicted vs measured step time and peak memory per GPU for runs in the "
+                         "calibration schema")
     p.add_argument("cases",
                    help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
@@ -42,21 +43,43 @@ def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
+def _gb(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e9:.1f}"
+
+
+def _memory_lines(memory: dict) -> list[str]:
+    """The memory summary, one sentence (none without measured peaks)."""
+    if not memory.get("measured_cases"):
+        return []
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(memory["kinds"].items()))
+    return [f"Peak memory per GPU, {memory['measured_cases']} measured ({kinds}): median |memory error| "
+            f"{memory['median_abs_error'] * 100:.1f}%, max {memory['max_abs_error'] * 100:.1f}% "
+            f"({memory['worst_case']}), mean signed {memory['mean_signed_error'] * 100:+.1f}%; largest "
+            f"under-prediction {memory['max_under_prediction'] * 100:.1f}% (the fit margin these runs need)."]
+
+
 def render_md(result: dict) -> str:
-    """Markdown: one row per case, the summary, then any bad lines."""
-    out = ["# Predicted vs measured step time", "",
-           "| id | predicted s | measured s | error | fits | memory/GPU GB |",
-           "|---|---:|---:|---:|:---:|---:|"]
+    """Markdown: one row per case, the summary, then any bad lines. GB = 1e9 bytes."""
+    out = ["# Predicted vs measured step time and peak memory per GPU", "",
+           "Memory in GB (1e9 bytes). `memory/GPU` is the whole predicted total; `pred. peak` is "
+           "the prediction in the measurement's scope (allocator figures leave out the CUDA "
+           "context and NCCL buffers).", "",
+           "| id | predicted s | measured s | error | fits | memory/GPU GB | pred. peak GB "
+           "| meas. peak GB | memory error |",
+           "|---|---:|---:|---:|:---:|---:|---:|---:|---:|"]
     for c in result["cases"]:
         out.append(f"| {c['id']} | {c['predicted_step_time_s']:.3f} | "
                    f"{_num(c['measured_step_time_s'], '.3f')} | {_pct(c['error'])} | "
-                   f"{'yes' if c['fits'] else 'no'} | {c['memory_per_gpu_bytes_total'] / 1e9:.1f} |")
+                   f"{'yes' if c['fits'] else 'no'} | {c['memory_per_gpu_bytes_total'] / 1e9:.1f} | "
+                   f"{_gb(c['predicted_peak_memory_bytes'])} | {_gb(c['measured_peak_memory_bytes'])} | "
+                   f"{_pct(c['memory_error'])} |")
     s = result["summary"]
-    out += ["", f"Cases: {s['cases']}, with a measurement: {s['measured_cases']}."]
+    out += ["", f"Cases: {s['cases']}, with a measured step time: {s['measured_cases']}."]
     if s.get("measured_cases"):
         out.append(f"Median |error| {s['median_abs_error'] * 100:.1f}%, max |error| "
                    f"{s['max_abs_error'] * 100:.1f}% ({s['worst_case']}), mean signed error "
                    f"{s['mean_signed_error'] * 100:+.1f}%.")
+    out += _memory_lines(s.get("memory", {}))
     for item, count in sorted(s.get("defaulted", {}).items()):
         out.append(f"{count} case(s) do not state {item.split('=')[0]} and were scored with "
                    f"{item.split('=', 1)[1]}.")

@@ -2,9 +2,11 @@
 
 A case is one JSON object per line: `id`, `model` and `cluster` (preset name, JSON path or
 inline object), `training` (preset name, path or object; `tokens` optional), `layout`
-(object), and `measured.step_time_s` (seconds; optional: without it only the prediction
-is reported). Other keys (`source`, `confidence`, `assumed`, ...) are carried through
-untouched. Errors are signed fractions: predicted / measured - 1.
+(object), and `measured.step_time_s` (seconds) and/or `measured.peak_memory_bytes` (peak
+memory of one GPU, bytes) with `measured.peak_memory_kind` (what the figure counts, see
+PEAK_MEMORY_KINDS); both optional: without them only the prediction is reported. Other keys
+(`source`, `confidence`, `assumed`, ...) are carried through untouched. Errors are signed
+fractions: predicted / measured - 1, for step time and memory alike.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import json
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any
 from collections.abc import Iterable
+from typing import Any, Literal, get_args
 
 from solver.cost.estimate import estimate_layout
 from solver.cost.options import CostOptions
@@ -36,6 +38,32 @@ class CaseResult:
     measured_mfu: float | None
     time_breakdown_s: dict[str, float]
     defaulted: list[str]           # software facts the case left unstated, as scored
+    peak_memory_kind: str | None = None             # measured.peak_memory_kind
+    predicted_peak_memory_bytes: float | None = None  # the prediction in the measurement's scope
+    measured_peak_memory_bytes: float | None = None
+    memory_error: float | None = None  # signed fraction: predicted / measured - 1
+
+
+# What a published peak-memory figure counts. The first two are PyTorch caching-allocator
+# statistics (torch.cuda.max_memory_allocated / memory_stats()["allocated_bytes.all.peak"],
+# and max_memory_reserved / "reserved_bytes.all.peak", which adds the allocator's cached,
+# fragmented blocks); "device_used" is the whole device (nvidia-smi / NVML used memory).
+PeakMemoryKind = Literal["max_allocated", "max_reserved", "device_used"]
+PEAK_MEMORY_KINDS: tuple[str, ...] = get_args(PeakMemoryKind)
+ALLOCATOR_KINDS = ("max_allocated", "max_reserved")
+
+
+def predicted_peak_memory_bytes(memory: dict[str, float], kind: str) -> float:
+    """The predicted per-GPU bytes a measurement of `kind` counts (bytes).
+
+    The allocator statistics never see the CUDA context and NCCL's own buffers (allocated by
+    the driver and NCCL outside PyTorch's caching allocator), which the cost model holds in its
+    `framework_overhead` term (options.framework_overhead_bytes); so allocator-kind figures are
+    compared with total - framework_overhead, device-level figures with the total.
+    """
+    if kind in ALLOCATOR_KINDS:
+        return memory["total"] - memory.get("framework_overhead", 0.0)
+    return memory["total"]
 
 
 # Training fields that describe the software rather than the run's shape: when a case leaves
@@ -76,6 +104,20 @@ def _measured(case: dict[str, Any], field: str) -> float | None:
     return float(value)
 
 
+def _measured_memory(case: dict[str, Any]) -> tuple[float | None, str | None]:
+    """measured.peak_memory_bytes and its kind (both or neither). Raises: PlannerError."""
+    value = _measured(case, "peak_memory_bytes")
+    kind = (case.get("measured") or {}).get("peak_memory_kind")
+    if value is None:
+        if kind is not None:
+            raise PlannerError("measured.peak_memory_kind: given without measured.peak_memory_bytes")
+        return None, None
+    if kind not in PEAK_MEMORY_KINDS:
+        raise PlannerError(f"measured.peak_memory_kind: expected one of {', '.join(PEAK_MEMORY_KINDS)} "
+                           f"(what the peak_memory_bytes figure counts), got {kind!r}")
+    return value, kind
+
+
 def validate_case(case: Any, fallback_id: str, options: CostOptions | None = None) -> CaseResult:
     """Predict one case and compare it with its measurement.
 
@@ -90,13 +132,18 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
     est = estimate_layout(load_model(case["model"]), load_cluster(case["cluster"]),
                           training, load_layout(case["layout"]), options)
     measured = _measured(case, "step_time_s")
+    memory, kind = _measured_memory(case)
+    predicted_memory = None if kind is None else predicted_peak_memory_bytes(est.memory_per_gpu_bytes, kind)
     return CaseResult(
         id=str(case.get("id", fallback_id)), predicted_step_time_s=est.step_time_s,
         measured_step_time_s=measured,
         error=None if measured is None else est.step_time_s / measured - 1.0,
         fits=est.fits, memory_per_gpu_bytes_total=est.memory_per_gpu_bytes["total"],
         predicted_mfu=est.mfu, measured_mfu=_measured(case, "mfu"),
-        time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training))
+        time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training),
+        peak_memory_kind=kind, predicted_peak_memory_bytes=predicted_memory,
+        measured_peak_memory_bytes=memory,
+        memory_error=None if memory is None else predicted_memory / memory - 1.0)
 
 
 def _problems(exc: PlannerError) -> list[str]:
@@ -114,15 +161,35 @@ def error_stats(errors: Iterable[float]) -> dict[str, float]:
             "mean_abs_error": statistics.fmean(absolute), "mean_signed_error": statistics.fmean(signed)}
 
 
-def summarize(results: list[CaseResult]) -> dict[str, Any]:
-    """error_stats over the measured cases, the worst case, fits and defaults counted."""
-    errs = [(r.id, r.error) for r in results if r.error is not None]
+def memory_summary(results: list[CaseResult]) -> dict[str, Any]:
+    """error_stats of the memory errors over the cases with a measured peak, the worst case,
+    and the largest under-prediction, max(-error) = max(1 - predicted / measured) (0 when no
+    case is under-predicted): the smallest fit margin under which none of these runs' measured
+    peaks exceeds a GPU the model says it fits (fits needs predicted <= (1 - margin) x
+    capacity and measured = predicted / (1 + error), so measured <= capacity whenever
+    margin >= -error)."""
+    errs = [(r.id, r.memory_error, r.peak_memory_kind) for r in results if r.memory_error is not None]
     if not errs:
-        return {"cases": len(results), "measured_cases": 0}
+        return {"measured_cases": 0}
+    worst = max(errs, key=lambda e: abs(e[1]))
+    under = max(0.0, max(-e for _, e, _ in errs))
+    return {"measured_cases": len(errs), **error_stats(e for _, e, _ in errs),
+            "worst_case": worst[0], "max_under_prediction": under,
+            "kinds": dict(Counter(kind for _, _, kind in errs))}
+
+
+def summarize(results: list[CaseResult]) -> dict[str, Any]:
+    """Step time: error_stats over the measured cases, the worst case, fits and defaults
+    counted; memory: memory_summary under "memory"."""
+    errs = [(r.id, r.error) for r in results if r.error is not None]
+    memory = memory_summary(results)
+    if not errs:
+        return {"cases": len(results), "measured_cases": 0, "memory": memory}
     worst = max(errs, key=lambda e: abs(e[1]))
     defaulted = Counter(item for r in results for item in r.defaulted)
     return {"cases": len(results), "measured_cases": len(errs), **error_stats(e for _, e in errs),
-            "worst_case": worst[0], "fits": sum(r.fits for r in results), "defaulted": dict(defaulted)}
+            "worst_case": worst[0], "fits": sum(r.fits for r in results), "defaulted": dict(defaulted),
+            "memory": memory}
 
 
 def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:
