@@ -25,6 +25,7 @@ from typing import Any
 
 from solver.cost.options import DEFAULT_OPTIONS
 from solver.cost.validation import error_stats, validate_lines
+from solver.frameworks.profile import DEFAULT_FRAMEWORK
 
 HERE = Path(__file__).resolve().parent
 SHARED_CASES = HERE.parents[1] / "shared" / "calibration" / "runs.jsonl"
@@ -38,10 +39,10 @@ CASE_KEYS = ("id", "predicted_step_time_s", "measured_step_time_s", "error", "fi
 
 
 def _framework(row: dict[str, Any]) -> str:
-    """training.framework (or a row's top-level `framework`); the default when unstated."""
+    """training.framework as the row states it; the default when unstated."""
     training = row.get("training")
     given = training.get("framework") if isinstance(training, dict) else None
-    return str(given or row.get("framework") or "megatron-core")
+    return str(given or DEFAULT_FRAMEWORK)
 
 
 def _by(cases: list[dict[str, Any]], raw: dict[str, dict[str, Any]], key: str,

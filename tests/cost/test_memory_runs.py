@@ -19,8 +19,7 @@ def memory_rows():
 
 
 def framework(row):
-    """training.framework once TrainingSpec has it; the row's top-level key until then."""
-    return row["training"].get("framework", row.get("framework"))
+    return row["training"]["framework"]
 
 
 def test_memory_runs_are_published_runs_from_two_frameworks():
