@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from solver.cost.estimate import estimate_layout
@@ -133,7 +133,10 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
                           training, load_layout(case["layout"]), options)
     measured = _measured(case, "step_time_s")
     memory, kind = _measured_memory(case)
-    predicted_memory = None if kind is None else predicted_peak_memory_bytes(est.memory_per_gpu_bytes, kind)
+    predicted_memory = memory_error = None
+    if memory is not None and kind is not None:
+        predicted_memory = predicted_peak_memory_bytes(est.memory_per_gpu_bytes, kind)
+        memory_error = predicted_memory / memory - 1.0
     return CaseResult(
         id=str(case.get("id", fallback_id)), predicted_step_time_s=est.step_time_s,
         measured_step_time_s=measured,
@@ -142,8 +145,7 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
         predicted_mfu=est.mfu, measured_mfu=_measured(case, "mfu"),
         time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training),
         peak_memory_kind=kind, predicted_peak_memory_bytes=predicted_memory,
-        measured_peak_memory_bytes=memory,
-        memory_error=None if memory is None else predicted_memory / memory - 1.0)
+        measured_peak_memory_bytes=memory, memory_error=memory_error)
 
 
 def _problems(exc: PlannerError) -> list[str]:
