@@ -1,20 +1,22 @@
-"""The FastAPI app factory: routers, error handlers, body-size limit, store, solve slots.
+"""The FastAPI app factory: routers, error handlers, body-size limit, store, solve workers.
 
-`create_app(settings)` builds an independent app (its own store connection and slots), so
+`create_app(settings)` builds an independent app (its own store connection and workers), so
 tests run several side by side; `trainplan serve` builds one from the environment.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from service.routers import estimate, health, layouts, plans, presets
-from service.routers.common import SolveSlots
 from service.routers.errors import install_error_handlers
 from service.settings import Settings, get_settings
 from service.store import PlanStore
+from service.workers import WorkerPool
 
 DESCRIPTION = """\
 trainplan as a service: costed training plans and ranked parallel layouts.
@@ -45,6 +47,8 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # The request's deadline (service.routers.dispatch) counts from here.
+        scope.setdefault("state", {})["arrived_s"] = time.monotonic()
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._reject(send)
@@ -94,14 +98,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        starting = asyncio.ensure_future(app.state.pool.start())  # /readyz waits for it
         yield
+        starting.cancel()
+        app.state.pool.close()
         app.state.store.close()
 
     app = FastAPI(title="trainplan", version="0.1.0", description=DESCRIPTION,
                   docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.settings = settings
     app.state.store = PlanStore(settings.database_url)
-    app.state.slots = SolveSlots(settings.max_concurrent_solves, settings.queue_wait_s)
+    app.state.pool = WorkerPool(settings.max_concurrent_solves, settings.queue_wait_s,
+                                settings.worker_max_rss_bytes)
     install_error_handlers(app)
     for module in (health, presets, plans, layouts, estimate):
         app.include_router(module.router)

@@ -47,6 +47,18 @@ class Settings(BaseModel):
         description="Largest cluster (nodes x gpus_per_node) a request may describe (422 above).")
     max_solver_workers: int = Field(
         default=2, ge=1, description="Cap on a request's CP-SAT workers (options.workers).")
+    max_graph_elements: int = Field(
+        default=200_000, ge=1,
+        description="Admission: largest cluster graph (vertices + directed links, estimated "
+                    "from the spec before building it) a request may describe (422 above).")
+    max_table_rows: int = Field(
+        default=10**9, ge=1,
+        description="Admission: largest search space (product of the per-field layout domains) "
+                    "a request may open (422 above).")
+    worker_max_rss_bytes: int = Field(
+        default=400_000_000, ge=50_000_000,
+        description="Memory budget of one solve worker (resident bytes); a worker above it is "
+                    "stopped (its request answers 503) and replaced.")
 
     @field_validator("api_token")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, Text, create_engine, select, text
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 metadata = MetaData()
 
@@ -37,6 +38,16 @@ class StoredPlan:
     request: dict[str, Any]
     plan: dict[str, Any]
     report: dict[str, Any]
+
+
+class StoreUnavailable(Exception):
+    """The database cannot take the request now (down, read-only, locked) -> 503 Retry-After."""
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    """The driver's first line (no SQL, no parameters) for logs and error bodies."""
+    origin = getattr(exc, "orig", None) or exc
+    return str(origin).strip().splitlines()[0][:200] if str(origin).strip() else type(exc).__name__
 
 
 def _engine(url: str) -> Engine:
@@ -85,6 +96,26 @@ class PlanStore:
             return True
         except Exception:  # noqa: BLE001 (any driver error means "not ready"; readiness must not raise)
             return False
+
+    def check_writable(self) -> None:
+        """Raises StoreUnavailable unless the plans table takes a write (a delete of no row,
+        rolled back: read-only files and read-only PostgreSQL transactions refuse it)."""
+        try:
+            with self.engine.connect() as conn:
+                with conn.begin() as tx:
+                    conn.execute(plans_table.delete().where(plans_table.c.id == ""))
+                    tx.rollback()
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(_reason(exc)) from exc
+
+    def state(self) -> str:
+        """'ok', 'read_only' or 'unreachable' (for /readyz; never raises)."""
+        try:
+            self.check_writable()
+            return "ok"
+        except StoreUnavailable as exc:
+            return "read_only" if "read" in str(exc).lower() and "only" in str(exc).lower() \
+                else "unreachable"
 
     def close(self) -> None:
         self.engine.dispose()

@@ -1,4 +1,4 @@
-"""Shared route plumbing: settings/store dependencies, bearer auth, solve slots, spec loading.
+"""Shared route plumbing: settings/store dependencies, bearer auth, spec loading.
 
 Over HTTP a model, cluster or training field is a preset name or an inline object; strings
 are only ever looked up among the shipped presets (never read as file paths).
@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
-from contextlib import contextmanager
 from typing import Any
-from collections.abc import Iterator
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.routers.errors import ServiceBusy
 from service.settings import Settings
 from service.store import PlanStore
 from topology.errors import Problem, SpecError, UnknownPresetError
@@ -42,25 +38,6 @@ def require_token(settings: Settings = Depends(app_settings),
                                                   settings.api_token.encode()):
         raise HTTPException(401, "missing or wrong bearer token",
                             headers={"WWW-Authenticate": "Bearer"})
-
-
-class SolveSlots:
-    """Bounded concurrency for CPU-bound solves: at most `size` at once, short queue wait."""
-
-    def __init__(self, size: int, wait_s: float) -> None:
-        self.size = size
-        self.wait_s = wait_s
-        self._sem = threading.BoundedSemaphore(size)
-
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        """Hold one slot for the block. Raises: ServiceBusy when none frees up in time."""
-        if not self._sem.acquire(timeout=self.wait_s):
-            raise ServiceBusy(f"all {self.size} solve slots are busy; retry shortly")
-        try:
-            yield
-        finally:
-            self._sem.release()
 
 
 def _preset(arg: Any, field: str, names: list[str]) -> Any:

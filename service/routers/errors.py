@@ -15,15 +15,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.admission import OverCapacity
+from service.store import StoreUnavailable, _reason
+from service.workers import JobStopped
 from topology.errors import InfeasibleError, PlannerError, Problem, SolverTimeoutError
 
 log = logging.getLogger("trainplan.service")
-
-
-class ServiceBusy(Exception):
-    """No solve slot came free within the wait limit (-> 503)."""
 
 
 def jsonable(obj: Any) -> Any:
@@ -46,11 +46,14 @@ def jsonable(obj: Any) -> Any:
 
 
 def error_response(status: int, kind: str, message: str, problems: list[Problem] | None = None,
-                   explanation: dict | None = None, headers: dict | None = None) -> JSONResponse:
+                   explanation: dict | None = None, headers: dict | None = None,
+                   progress: dict | None = None) -> JSONResponse:
     body: dict[str, Any] = {"status": status, "type": kind, "message": message,
                             "problems": [p.as_dict() for p in problems or []]}
     if explanation is not None:
         body["explanation"] = jsonable(explanation)
+    if progress is not None:
+        body["progress"] = progress
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
@@ -86,12 +89,14 @@ async def _on_planner_error(_: Request, exc: PlannerError) -> JSONResponse:
                               "options.time_limit_s (up to the server cap) may find one",
                               exc.problems)
     problems = exc.problems or [Problem("", exc.message)]
-    return error_response(422, "invalid_input", exc.message, problems)
+    kind = "over_capacity" if isinstance(exc, OverCapacity) else "invalid_input"
+    return error_response(422, kind, exc.message, problems)
 
 
-async def _on_busy(_: Request, exc: ServiceBusy) -> JSONResponse:
-    return error_response(503, "saturated", str(exc) or "all solve slots are busy; retry shortly",
-                          headers={"Retry-After": "1"})
+async def _on_stopped(request: Request, exc: Exception) -> JSONResponse:
+    from service.routers.dispatch import stopped_response
+
+    return stopped_response(request, exc)
 
 
 async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -108,11 +113,19 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", "internal error (a bug: please report the request)")
 
 
+async def _on_store(request: Request, exc: Exception) -> JSONResponse:
+    reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, reason)
+    return error_response(503, "store_unavailable", f"the plan store cannot take this request "
+                          f"now ({reason}); retry later", headers={"Retry-After": "5"})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers above on `app`."""
     # Callable[..., ...]: Starlette types a handler's exception as plain Exception.
     handlers: dict[type[Exception], Callable[..., Awaitable[JSONResponse]]] = {
         RequestValidationError: _on_validation, PlannerError: _on_planner_error,
-        ServiceBusy: _on_busy, StarletteHTTPException: _on_http, Exception: _on_unexpected}
+        JobStopped: _on_stopped, StoreUnavailable: _on_store, SQLAlchemyError: _on_store,
+        StarletteHTTPException: _on_http, Exception: _on_unexpected}
     for exc_type, handler in handlers.items():
         app.add_exception_handler(exc_type, handler)

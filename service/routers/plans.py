@@ -5,19 +5,17 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from service.report_html import render_report
-from service.routers import solving
-from service.routers.common import (
-    app_settings, app_store, require_token, search_inputs,
-)
-from service.routers.errors import jsonable
+from starlette.concurrency import run_in_threadpool
+
+from service.routers.common import app_store, require_token
+from service.routers.dispatch import run_job
 from service.routers.schemas import PlanIn, error_responses
-from service.settings import Settings
 from service.store import PlanStore, StoredPlan
 
 router = APIRouter(prefix="/v1", tags=["plans"], dependencies=[Depends(require_token)])
 
 PlanId = Path(min_length=1, max_length=64, description="The id POST /v1/plans returned.")
-_ERRORS = error_responses(401, 404, 413, 422, 503)
+_ERRORS = error_responses(401, 404, 413, 415, 422, 503, 504)
 # The report page has no scripts and no external assets; the browser is told so.
 REPORT_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
                   "X-Content-Type-Options": "nosniff"}
@@ -33,16 +31,14 @@ def _body(stored: StoredPlan, limits: dict | None = None) -> dict:
 
 @router.post("/plans", status_code=201, responses=_ERRORS,
              summary="Plan a run: the full plan of `trainplan plan` plus an id; stored")
-def create_plan(body: PlanIn, request: Request, settings: Settings = Depends(app_settings),
-                store: PlanStore = Depends(app_store)) -> JSONResponse:
-    model, cluster, training, options, limits = search_inputs(body, settings)
-    with request.app.state.slots.hold():
-        plan = jsonable(solving.run_plan(model, cluster, training, options))
-        report = jsonable(solving.report_data(plan, model, cluster))
-    asked = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json"),
-             "training": training.model_dump(mode="json"), "options": options.model_dump(mode="json")}
-    stored = store.save(asked, plan, report)
-    return JSONResponse(_body(stored, limits), status_code=201,
+async def create_plan(body: PlanIn, request: Request,
+                      store: PlanStore = Depends(app_store)) -> JSONResponse:
+    """The store is checked first (503 when it cannot take the plan), then the plan is made
+    in a solve worker (service.jobs.plan_job) and stored."""
+    await run_in_threadpool(store.check_writable)
+    out = await run_job(request, "plans", body.model_dump(exclude_unset=True))
+    stored = await run_in_threadpool(store.save, out["asked"], out["plan"], out["report"])
+    return JSONResponse(_body(stored, out["limits"]), status_code=201,
                         headers={"Location": f"/v1/plans/{stored.id}"})
 
 

@@ -101,6 +101,9 @@ class ErrorDetail(BaseModel):
     problems: list[ProblemOut] = Field(default_factory=list)
     explanation: dict[str, Any] | None = Field(
         default=None, description="When nothing fits: why, and the smallest change that fits.")
+    progress: dict[str, Any] | None = Field(
+        default=None, description="When a request was stopped (503/504): stages_done, "
+                                  "stopped_in, elapsed_s, deadline_s.")
 
 
 class ErrorOut(BaseModel):
@@ -112,8 +115,12 @@ class ErrorOut(BaseModel):
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries for these status codes, all with the ErrorOut body."""
     text = {401: "missing or wrong bearer token", 404: "unknown plan id",
-            413: "request body too large",
-            422: "bad input (problems name the fields), or nothing fits (type 'infeasible' "
-                 "with an explanation)",
-            503: "saturated (all solve slots busy) or no layout found within the time limit"}
+            413: "request body too large", 415: "request body is not application/json",
+            422: "bad input (problems name the fields), nothing fits (type 'infeasible' with "
+                 "an explanation) or over this server's capacity (type 'over_capacity')",
+            503: "saturated (all solve workers busy; Retry-After), store unavailable "
+                 "(Retry-After), a worker over its memory budget, or no layout found within "
+                 "the solver time limit",
+            504: "the request's deadline (TRAINPLAN_MAX_TIME_LIMIT_S) passed; `progress` says "
+                 "which stages were done"}
     return {c: {"model": ErrorOut, "description": text[c]} for c in codes}

@@ -26,12 +26,50 @@ def make_client(db_url):
     def make(**overrides) -> TestClient:
         settings = Settings(**{"database_url": db_url, "max_time_limit_s": 5.0, **overrides})
         client = TestClient(create_app(settings), raise_server_exceptions=False)
+        client.__enter__()  # lifespan: the solve workers start (warm) before the first request
+        client.portal.call(client.app.state.pool.start)
         clients.append(client)
         return client
 
     yield make
     for c in clients:
-        c.app.state.store.close()
+        c.__exit__(None, None, None)  # lifespan end: workers killed, store closed
+
+
+@pytest.fixture
+def live_server_factory(db_url):
+    """Start uvicorn serving create_app(Settings(**overrides)) on 127.0.0.1:<ephemeral>;
+    returns its base URL. Every server started is stopped (and its workers killed) at the end."""
+    import asyncio
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    started = []
+
+    def start(**overrides) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        app = create_app(Settings(**{"database_url": db_url, **overrides}))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                                  daemon=True)
+        thread.start()
+        started.append((server, thread, sock))
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started, "uvicorn did not start"
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for server, thread, sock in started:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 @pytest.fixture

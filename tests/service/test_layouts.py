@@ -22,9 +22,8 @@ def seed_layouts(tmp_path_factory):
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
     db = tmp_path_factory.mktemp("layouts") / "plans.db"
-    client = TestClient(create_app(Settings(database_url=f"sqlite:///{db}", max_time_limit_s=10)))
-    r = client.post("/v1/layouts", json={**SEED, "options": {"top_k": 3, "time_limit_s": 10}})
-    client.app.state.store.close()
+    with TestClient(create_app(Settings(database_url=f"sqlite:///{db}", max_time_limit_s=10))) as client:
+        r = client.post("/v1/layouts", json={**SEED, "options": {"top_k": 3, "time_limit_s": 10}})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -86,11 +85,12 @@ def test_unavailable_nodes_get_no_rank(client):
         assert {n for n, _ in e["placement"]["ranks"]} == nodes
 
 
-def test_nothing_fits_is_422_with_explanation(client):
+def test_nothing_fits_is_422_with_explanation(make_client):
     """405B parameters x 12 bytes of model state (about 4.9 TB) cannot fit 8 x 80 GB."""
     from service.routers.schemas import SEED_CLUSTER
     from tests.service.conftest import problems
 
+    client = make_client(max_time_limit_s=60)  # the explanation takes ~10-20 s (fix_more_gpus)
     cluster = {**SEED_CLUSTER, "nodes": 1}
     r = client.post("/v1/layouts", json={"model": "llama3-405b", "cluster": cluster,
                                          "training": "seed-300b", "options": {"time_limit_s": 5}})

@@ -22,9 +22,10 @@ def test_readyz_reports_each_check(client):
 
 
 def test_readyz_is_503_when_store_is_down(client, monkeypatch):
-    monkeypatch.setattr(client.app.state.store, "ping", lambda: False)
+    monkeypatch.setattr(client.app.state.store, "state", lambda: "unreachable")
     r = client.get("/readyz")
     assert r.status_code == 503 and r.json()["checks"]["store"] is False
+    assert r.json()["store"] == "unreachable"
 
 
 def test_presets_lists_every_kind(client):
@@ -80,8 +81,12 @@ def test_plan_create_get_and_report(client):
 def test_plan_time_limit_is_capped(client):
     r = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 999, "top_k": 2, "workers": 16}})
     assert r.status_code == 201, r.text
-    assert r.json()["limits"] == {"time_limit_s": 5.0, "time_limit_cap_s": 5.0,
-                                  "time_limit_capped": True, "workers": 2}
+    limits = r.json()["limits"]
+    # seed-512 flat graph: 512 GPUs + 64 NVSwitches + 512 NICs + 1 core = 1,089 vertices;
+    # 512 x 3 links (GPU-NVSwitch, GPU-NIC, NIC-core) x 2 directions = 3,072 edges.
+    assert limits.pop("work")["graph_elements"] == 1089 + 3072
+    assert limits == {"time_limit_s": 5.0, "time_limit_cap_s": 5.0, "time_limit_capped": True,
+                      "workers": 2, "deadline_s": 5.0}
 
 
 @pytest.mark.parametrize("path", ("/v1/plans/0123456789abcdef0123456789abcdef",
@@ -120,11 +125,15 @@ def test_body_size_limit_without_content_length(make_client):
 
 
 def test_saturated_is_503(make_client):
-    """With every solve slot held, a request waits queue_wait_s and then gets a 503."""
+    """With every solve worker busy, a request waits queue_wait_s and then gets a 503."""
+    import asyncio
+
     client = make_client(max_concurrent_solves=1, queue_wait_s=0.05)
-    slots = client.app.state.slots
-    with slots.hold():
-        r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    pool = client.app.state.pool
+    assert client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).status_code == 200
+    held = client.portal.call(pool._idle.get)  # the one worker, taken out of the queue
+    r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    client.portal.call(pool._idle.put, held)
     assert r.status_code == 503 and r.json()["error"]["type"] == "saturated"
     assert r.headers["retry-after"] == "1"
     assert client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).status_code == 200
@@ -156,8 +165,9 @@ def test_serve_command_parses():
     assert (args.host, args.port) == ("0.0.0.0", 9000) and callable(args.run)
 
 
-def test_routes_are_plain_def():
-    """CPU-bound solver work must run in the threadpool, never on the event loop."""
+def test_only_probes_and_worker_routes_are_async():
+    """Async endpoints are the probes (nothing slow) and the routes that hand their work to
+    the solve workers; the store reads stay plain def (the threadpool)."""
     import inspect
 
     from fastapi.routing import APIRoute
@@ -167,25 +177,29 @@ def test_routes_are_plain_def():
     api = [r for m in (estimate, health, layouts, plans, presets) for r in m.router.routes
            if isinstance(r, APIRoute)]
     assert len(api) == 8
-    assert not [r.path for r in api if inspect.iscoroutinefunction(r.endpoint)]
+    assert {(next(iter(r.methods)), r.path) for r in api if inspect.iscoroutinefunction(r.endpoint)} == {
+        ("GET", "/healthz"), ("GET", "/readyz"), ("POST", "/v1/layouts"), ("POST", "/v1/plans"),
+        ("POST", "/v1/estimate")}
 
 
 @pytest.mark.parametrize("exc, status, kind", [
     ("infeasible", 422, "infeasible"), ("timeout", 503, "solver_timeout"), ("bug", 500, "internal"),
 ])
 def test_solver_outcomes_map_to_http(client, monkeypatch, exc, status, kind):
-    """The one handler's mapping, with the solver made to raise each outcome."""
-    from service.routers import solving
+    """The one handler's mapping, with the worker made to report each outcome (through the
+    same error_dict/rebuild_error round trip a real worker's errors take)."""
+    from service.jobs import error_dict, rebuild_error
     from topology.errors import InfeasibleError, SolverTimeoutError
 
     errors = {"infeasible": InfeasibleError("no layout fits", {"fixes": [{"gpus": 1024}], "inf": float("inf")}),
               "timeout": SolverTimeoutError("no layout found within 0.1 s"),
               "bug": RuntimeError("secret internals")}
 
-    def boom(*args, **kwargs):
-        raise errors[exc]
+    async def boom(*args, **kwargs):
+        err = errors[exc]
+        raise rebuild_error(error_dict(err) if exc != "bug" else {"class": "internal"})
 
-    monkeypatch.setattr(solving, "run_search", boom)
+    monkeypatch.setattr(client.app.state.pool, "run", boom)
     r = client.post("/v1/layouts", json=SEED)
     assert r.status_code == status and r.json()["error"]["type"] == kind
     if exc == "infeasible":  # non-finite numbers become null: the body stays valid JSON
@@ -194,7 +208,8 @@ def test_solver_outcomes_map_to_http(client, monkeypatch, exc, status, kind):
         assert "secret" not in r.text
 
 
-def test_plan_nothing_fits_is_422_and_not_stored(client):
+def test_plan_nothing_fits_is_422_and_not_stored(make_client):
+    client = make_client(max_time_limit_s=60)  # the explanation takes ~10-20 s (fix_more_gpus)
     cluster = {**SEED_CLUSTER, "nodes": 1}
     r = client.post("/v1/plans", json={**SEED, "model": "llama3-405b", "cluster": cluster,
                                        "options": {"time_limit_s": 5}})

@@ -1,38 +1,17 @@
 """The real server: uvicorn on a loopback ephemeral port, spoken to over HTTP with httpx."""
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
-
-from service.app import create_app
-from service.settings import Settings
 
 
 @pytest.fixture
-def live_server(db_url):
-    """(base_url, server) of a uvicorn serving the app on 127.0.0.1:<ephemeral>."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(Settings(database_url=db_url, max_body_bytes=4096, max_concurrent_solves=2))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}", server
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+def live_server(live_server_factory):
+    """(base_url, None): a uvicorn with a 4 kB body limit and 2 solve workers."""
+    return live_server_factory(max_body_bytes=4096, max_concurrent_solves=2), None
 
 
 def test_real_http_round_trip(live_server):

@@ -1,0 +1,181 @@
+"""What a solve worker runs: the whole of a request after FastAPI's body check (spec parsing,
+admission, topology, tables, search, explanation, exports), plus the worker loop itself.
+
+Everything here runs inside a worker process (service.workers), so the service's event loop
+never waits on it. Results are plain JSON values; PlannerErrors travel back as dicts and
+are raised again in the server (`rebuild_error`), so the error handlers see what they
+always saw. Progress is reported as named stages ("parse", "admit", "search", ...), which
+a 504 quotes back to the client.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import signal
+import sys
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from service.admission import OverCapacity
+from topology import errors as _errors
+
+log = logging.getLogger("trainplan.worker")
+_report: Callable[[str], None] = lambda name: None  # noqa: E731  (set per job in a worker)
+
+
+def stage(name: str) -> None:
+    """Tell the server this job reached stage `name` (no-op outside a worker)."""
+    _report(name)
+
+
+def _inputs(body: dict[str, Any], settings) -> tuple:
+    from service.admission import admit
+    from service.routers.common import search_inputs
+
+    stage("parse")
+    fields = SimpleNamespace(**{"options": None, **body})
+    model, cluster, training, options, limits = search_inputs(fields, settings)
+    stage("admit")
+    work = admit(model, cluster, training, options, settings)
+    stage("search")
+    return model, cluster, training, options, {**limits, "deadline_s": settings.max_time_limit_s,
+                                               "work": work}
+
+
+def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, Any]:
+    from service.launchers import launchers, rank_placement
+    from solver.specs import LayoutSpec
+
+    # Every LayoutSpec field the entry carries: rank_order decides the placement and
+    # Megatron's rank mapping, pipeline_layers an uneven split.
+    layout = LayoutSpec.model_validate({k: entry[k] for k in LayoutSpec.model_fields if k in entry},
+                                       strict=False)
+    placement = rank_placement(cluster, layout)
+    split = entry.get("pipeline_split")
+    return {**entry, "launchers": launchers(model, training, layout, placement, split),
+            "placement": placement}
+
+
+def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:
+    """POST /v1/layouts: ranked layouts with launcher exports and placement."""
+    from service.routers import solving
+    from service.routers.errors import jsonable
+
+    model, cluster, training, options, limits = _inputs(body, settings)
+    result = solving.run_search(model, cluster, training, options)
+    stage("exports")
+    result["layouts"] = [_with_exports(e, model, cluster, training)
+                         for e in result.get("layouts", [])]
+    return jsonable({**result, "limits": limits})
+
+
+def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
+    """POST /v1/plans: {asked, plan, report, limits} (the server stores them)."""
+    from service.routers import solving
+    from service.routers.errors import jsonable
+
+    model, cluster, training, options, limits = _inputs(body, settings)
+    plan = jsonable(solving.run_plan(model, cluster, training, options))
+    stage("report")
+    report = jsonable(solving.report_data(plan, model, cluster))
+    asked = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json"),
+             "training": training.model_dump(mode="json"),
+             "options": options.model_dump(mode="json")}
+    return {"asked": asked, "plan": plan, "report": report, "limits": limits}
+
+
+def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
+    """POST /v1/estimate: accounting and prediction for one layout."""
+    from service.admission import admit
+    from service.routers import solving
+    from service.routers.common import problem_specs
+    from service.routers.errors import jsonable
+
+    stage("parse")
+    specs = problem_specs(settings, **body)
+    stage("admit")
+    admit(specs["model"], specs["cluster"], specs["training"], None, settings)
+    stage("estimate")
+    return jsonable(solving.run_estimate(specs["model"], specs["cluster"], specs["training"],
+                                         specs["layout"]))
+
+
+JOBS: dict[str, Callable[..., Any]] = {
+    "layouts": layouts_job, "plans": plan_job, "estimate": estimate_job}
+
+
+# ---- errors across the pipe -----------------------------------------------------------------
+_ERROR_CLASSES = {cls.__name__: cls for cls in (
+    _errors.PlannerError, _errors.SpecError, _errors.UnknownPresetError,
+    _errors.InfeasibleError, _errors.SolverTimeoutError, OverCapacity)}
+
+
+def error_dict(exc: _errors.PlannerError) -> dict[str, Any]:
+    """A PlannerError as plain values (its class by name; subclasses by their nearest base)."""
+    cls = next(c for c in type(exc).__mro__ if c.__name__ in _ERROR_CLASSES)
+    return {"class": cls.__name__, "message": exc.message,
+            "problems": [p.as_dict() for p in exc.problems],
+            "explanation": getattr(exc, "explanation", None)}
+
+
+def rebuild_error(data: dict[str, Any]) -> Exception:
+    """The exception `error_dict` described (RuntimeError for a worker's internal error)."""
+    if data.get("class") not in _ERROR_CLASSES:
+        return RuntimeError(data.get("message", "internal error in a solve worker"))
+    problems = [_errors.Problem(p["field"], p["reason"]) for p in data["problems"]]
+    if data["class"] == "InfeasibleError":
+        exc = _errors.InfeasibleError(data["message"], data["explanation"])
+        exc.problems = problems
+        return exc
+    return _ERROR_CLASSES[data["class"]](data["message"], problems)
+
+
+# ---- the worker process ---------------------------------------------------------------------
+def trim_caches() -> int:
+    """Clear every functools cache of the topology/solver/service modules (graphs, fabrics,
+    placements, cost terms) and hand freed heap back to the OS; returns caches cleared."""
+    cleared = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(("topology", "solver", "service")) or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and hasattr(value, "cache_info"):
+                value.cache_clear()
+                cleared += 1
+    gc.collect()
+    try:  # glibc: return freed arenas to the OS, so RSS reflects the clear
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    return cleared
+
+
+def _run_one(kind: str, payload: dict[str, Any]) -> tuple:
+    try:
+        return ("done", JOBS[kind](**payload))
+    except _errors.PlannerError as exc:
+        return ("error", error_dict(exc))
+    except Exception:  # a bug: logged here with its traceback, a 500 in the server
+        log.exception("solve worker: unexpected error in job %s", kind)
+        return ("error", {"class": "internal", "message": "internal error in a solve worker"})
+
+
+def worker_main(conn, max_rss_bytes: int) -> None:
+    """Serve jobs from `conn` until it closes. Above 3/4 of `max_rss_bytes` after a job the
+    caches are trimmed (the server replaces a worker still above the budget)."""
+    from service.workers import rss_bytes
+
+    global _report
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops workers itself
+    _report = lambda name: conn.send(("stage", name))  # noqa: E731
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        outcome = _run_one(kind, payload)
+        if rss_bytes(os.getpid()) > 0.75 * max_rss_bytes:
+            trim_caches()
+        conn.send(outcome)
