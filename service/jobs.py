@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from service.admission import OverCapacity
 from topology import errors as _errors
@@ -129,7 +130,8 @@ def rebuild_error(data: dict[str, Any]) -> Exception:
         exc = _errors.InfeasibleError(data["message"], data["explanation"])
         exc.problems = problems
         return exc
-    return _ERROR_CLASSES[data["class"]](data["message"], problems)
+    cls: Any = _ERROR_CLASSES[data["class"]]  # PlannerError(message, problems) and subclasses
+    return cls(data["message"], problems)
 
 
 # ---- the worker process ---------------------------------------------------------------------

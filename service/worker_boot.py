@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from service import jobs  # noqa: F401  (the import is the point: solver modules loaded)
+from service import jobs
 
 
 def _warm() -> None:

@@ -16,7 +16,8 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 POLL_S = 0.2  # how often a waiting request checks its client, deadline and worker memory
@@ -100,7 +101,7 @@ class WorkerPool:
             os.kill(worker.process.pid, signal.SIGKILL)
         worker.process.join(timeout=5)
         worker.conn.close()
-        if not self._closed:
+        if not self._closed and self._idle is not None:
             self.replaced += 1
             self._idle.put_nowait(self._spawn())
 
@@ -148,10 +149,12 @@ class WorkerPool:
         run = _Run()
         await self.start()
         idle = self._idle
+        if idle is None:  # closed while starting
+            raise JobStopped("busy", "the server is shutting down", [], 0.0)
         wait = max(0.0, min(self.wait_s, deadline - time.monotonic()))
         try:
             worker = await asyncio.wait_for(idle.get(), timeout=wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise JobStopped("busy", f"all {self.size} solve workers are busy; retry shortly",
                              run.stages, time.monotonic() - run.started) from None
         try:
@@ -175,7 +178,7 @@ class WorkerPool:
             while True:
                 try:
                     await asyncio.wait_for(readable.wait(), timeout=POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await self._check(worker, deadline, disconnected, run)
                     continue
                 readable.clear()

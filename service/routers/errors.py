@@ -96,6 +96,7 @@ async def _on_planner_error(_: Request, exc: PlannerError) -> JSONResponse:
 async def _on_stopped(request: Request, exc: Exception) -> JSONResponse:
     from service.routers.dispatch import stopped_response
 
+    assert isinstance(exc, JobStopped)  # registered for JobStopped only (not user-caused)
     return stopped_response(request, exc)
 
 

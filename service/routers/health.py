@@ -26,7 +26,7 @@ async def readyz(request: Request) -> JSONResponse:
     store, pool = request.app.state.store, request.app.state.pool
     try:
         state = await asyncio.wait_for(asyncio.to_thread(store.state), timeout=STORE_CHECK_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         state = "unreachable"
     checks = {"store": state == "ok", "workers": pool.healthy()}
     ready = all(checks.values())
