@@ -185,32 +185,91 @@ def _stages(plan: dict[str, Any]) -> list[str]:
     out += md_table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
                    "predicted step", "predicted MFU", "note"], [grid_cells(g) for g in s2["grid"]])
     out += ["", "Record: " + ", ".join(s2["record"]) + ".",
-            "", f"**Stage 3, {s3['name']}**: checkpoint size about {_gb(s3['checkpoint_bytes'])} "
-            "(weights + optimizer); " + "; ".join(s3["checks"]) + ".",
+            "", f"**Stage 3, {s3['name']}**: checkpoint {_gb(s3['checkpoint_bytes'])} (weights + "
+            f"optimizer state), predicted write {s3['checkpoint_write_s']:.1f} s, every "
+            f"{s3['checkpoint_interval_s']:,.0f} s (see Run risk); " + "; ".join(s3["checks"]) + ".",
             "", f"**Stage 4, {s4['name']}**: {s4['tokens']:.3g} tokens ({s4['steps']:,} steps, "
             f"{s4['gpu_hours']:,.0f} GPU-hours); " + "; ".join(s4["checks"]) + "."]
     return out
 
 
+def _days(s: float) -> str:
+    return "never" if s == float("inf") else f"{s / 86_400:,.2f} days"
+
+
+def money(amount: float | None, currency: str | None) -> str:
+    """'1,234 USD', or '' when not priced."""
+    return "" if amount is None else f"{amount:,.0f} {currency or ''}".rstrip()
+
+
+def run_risk_lines(r: dict[str, Any]) -> list[str]:
+    """The run-risk section (solver.plan_risk.run_risk_section) as Markdown bullets."""
+    c, f, e = r["checkpoint"], r["failures"], r["expected"]
+    every = "" if r.get("interval_steps") is None else f" = every {r['interval_steps']:,} steps"
+    mode = (f"asynchronous ({c['async_flag']}): blocks {c['blocking_s']:.1f} s of a {c['write_s']:.1f} s write"
+            if c["asynchronous"] else f"synchronous; asynchronous would be {c['async_flag']}")
+    cost = money(r.get("cost"), r.get("currency"))
+    return [
+        f"For the recommended layout ({r['gpus']:,} GPUs, {c['framework']}), at the {r['work_basis']}:",
+        f"- checkpoint: **{_gb(c['bytes'])}** ({_gb(c['weights_bytes'])} weights + "
+        f"{_gb(c['optimizer_bytes'])} optimizer state; {c['format']}); written by {c['writer_nodes']:,} "
+        f"nodes at {c['write_gb_s']:,.1f} GB/s: **{c['write_s']:.1f} s** ({mode}); a restart reads "
+        f"{_gb(c['load_bytes'])} in {c['load_s']:.0f} s",
+        f"- interruptions: {f['interruptions_per_gpu_hour']:.3g} per GPU-hour ({f['source']}): one every "
+        f"{f['mtbi_s'] / 3600:,.1f} h on {r['gpus']:,} GPUs; restart {f['restart_s']:,.0f} s "
+        f"(detect {f['detect_s']:.0f} + relaunch {f['relaunch_s']:.0f} + load {f['load_s']:.0f})",
+        f"- checkpoint interval (Young/Daly): **{r['interval_s']:,.0f} s{every}**; {r['interval_formula']}",
+        f"- expected over the run: **{e['interruptions']:.1f} interruptions**, {e['lost_work_s'] / 3600:,.1f} h "
+        f"of lost work, {e['restart_total_s'] / 3600:,.1f} h restarting, {e['checkpoints']:,.0f} checkpoints "
+        f"blocking {e['checkpoint_overhead_s'] / 3600:,.1f} h",
+        f"- goodput (effective training time): **{r['goodput']:.1%}**",
+        f"- with failures: **{_days(r['wall_s'])}, {r['gpu_hours']:,.0f} GPU-hours**"
+        + (f", **{cost}** at {r['price_per_gpu_hour']:g} {r['currency']}/GPU-hour" if cost else "")
+        + f" (failure-free {_days(r['work_s'])}); {r['wall_formula']}",
+    ]
+
+
+def _risk(plan: dict[str, Any]) -> list[str]:
+    r = plan.get("run_risk")
+    return [] if not r else ["", "## Run risk", ""] + run_risk_lines(r)
+
+
+def _check_line(c: dict[str, Any]) -> str:
+    """One failure check as a sentence (see failure_lines)."""
+    who = f"[{c['layout']}] " if c.get("layout") else ""
+    if "steps" in c:
+        return (f"{who}{c['check']}: step time above {c['threshold_s']:.2f} s for {c['steps']:,} steps "
+                f"means {c['signal']}.")
+    if "predicted_s" in c:
+        return (f"{who}{c['check']}: above {c['threshold_s']:.2f} s per step (predicted "
+                f"{c['predicted_s']:.2f} s; unoverlapped ring bound {c['unoverlapped_s']:.2f} s) means "
+                f"{c['signal']}.")
+    if "threshold_s" in c:
+        return f"{who}{c['check']}: above {c['threshold_s']:,.1f} s means {c['signal']}."
+    if "threshold_bytes" in c:
+        return (f"{who}{c['check']}: above {_gb(c['threshold_bytes'])} (predicted total; capacity "
+                f"{_gb(c['capacity_bytes'])}, headroom {_gb(c['headroom_bytes'])}) means {c['signal']}.")
+    if "expected" in c:
+        return (f"{who}{c['check']}: more than {c['threshold']} in a day (planned {c['expected']:.2f}) "
+                f"means {c['signal']}.")
+    if "threshold" in c:
+        return f"{who}{c['check']}: below {c['threshold']:.1%} means {c['signal']}."
+    if "if_lower" in c:
+        alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
+                         for x in c["if_lower"])
+        pred = "" if c.get("predicted_mfu") is None else f", predicted {c['predicted_mfu']:.1%}"
+        return f"{c['check']} (assumed {c['assumed_mfu']:.0%} on all GPUs{pred}): {alts}."
+    if "tokens_per_step" in c:
+        return (f"{who}{c['check']}: {c['tokens_per_step']:,} vs target "
+                f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
+    return f"{who}{c['check']}: {c['signal']}."
+
+
 def failure_lines(checks: list[dict[str, Any]]) -> list[str]:
-    """One sentence per failure check (solver.plan.failure_checks): what to watch, the
-    threshold or alternative, and its signal. The Markdown plan and the HTML report print these."""
-    out = []
-    for c in checks:
-        if "threshold_s" in c:
-            out.append(f"{c['check']}: > {c['threshold_s']:.2f} s; {c['signal']}.")
-        elif "threshold_bytes" in c:
-            out.append(f"{c['check']}: > {_gb(c['threshold_bytes'])} beyond model state; {c['signal']}.")
-        elif "if_lower" in c:
-            alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
-                             for x in c["if_lower"])
-            out.append(f"{c['check']} ({c['assumed_mfu']:.0%}): {alts}.")
-        elif "tokens_per_step" in c:
-            out.append(f"{c['check']}: {c['tokens_per_step']:,} vs target "
-                       f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
-        else:
-            out.append(f"{c['check']}: {c['signal']}.")
-    return out
+    """One sentence per failure check (solver.plan_risk.failure_checks): the layout it refers
+    to, what to watch, the threshold and what crossing it means. The Markdown plan and the
+    HTML report print these."""
+    return [_check_line(c) for c in checks]
 
 
 def _failures(checks: list[dict[str, Any]]) -> list[str]:
@@ -229,7 +288,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines = (head + _parameters(plan["parameters"]) + _memory(plan["memory"])
              + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
-             + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
+             + _risk(plan) + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
     return "\n".join(lines)
 
 

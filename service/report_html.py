@@ -200,6 +200,17 @@ def _failures_section(checks: Any) -> str:
     return f"<h2>Failure checks</h2><ul class=\"failure-checks\">{lis}</ul>"
 
 
+def _risk_section(risk: Any) -> str:
+    """The plan's run-risk section (the Markdown plan's bullets, escaped)."""
+    if not isinstance(risk, dict) or "checkpoint" not in risk:
+        return ""
+    from service.render_md import run_risk_lines
+
+    lines = run_risk_lines(risk)
+    lis = "".join(f"<li>{escape(line.lstrip('- ').replace('**', ''))}</li>" for line in lines[1:])
+    return (f"<h2>Run risk</h2><p>{escape(lines[0])}</p><ul class=\"run-risk\">{lis}</ul>")
+
+
 def _gpus_of(stage: dict[str, Any]) -> str:
     """A stage's GPU count, or the range its scaling grid spans ('' when neither is given)."""
     if _num(stage.get("gpus")) is not None:
@@ -232,15 +243,16 @@ def _stage_facts(stage: dict[str, Any]) -> list[str]:
     if _num(e.get("flops_per_step")) is not None:
         facts.append(f"expect {e['flops_per_step']:.3e} FLOPs per step")
     if _num(e.get("model_state_per_gpu_bytes_full_scale")) is not None:
-        facts.append("per-GPU memory of the best layout at full scale "
+        facts.append("per-GPU model state of the best layout at full scale "
                      f"{_gb_text(e['model_state_per_gpu_bytes_full_scale'])} GB")
     if stage.get("full_model_fits_one_node") is False:
         facts.append("the full model does not fit one node: use a reduced-depth proxy")
     if stage.get("keep"):
         facts.append(f"keep the {stage['keep']}")
     if _num(stage.get("checkpoint_bytes")) is not None:
-        facts.append(f"checkpoint size about {_gb_text(stage['checkpoint_bytes'])} GB "
-                     "(weights + optimizer)")
+        facts.append(f"checkpoint {_gb_text(stage['checkpoint_bytes'])} GB (weights + optimizer state)"
+                     + (f", predicted write {stage['checkpoint_write_s']:.1f} s"
+                        if _num(stage.get("checkpoint_write_s")) is not None else ""))
     if _num(stage.get("tokens")) is not None:
         facts.append(f"{stage['tokens']:.3g} tokens")
     if _num(stage.get("steps")) is not None:
@@ -314,6 +326,7 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
             f"<h2>Layouts, best first</h2>{layouts}{charts}"
             + _ladder_section(plan.get("ladder_choice"))
             + _stages_section(plan.get("validation_stages"))
+            + _risk_section(plan.get("run_risk"))
             + _failures_section(plan.get("failure_checks"))
             + "<h2>Full plan JSON</h2><details><summary>show</summary><pre>"
             + escape(json.dumps(plan, indent=1)) + "</pre></details></body></html>")

@@ -28,8 +28,6 @@ from topology.spec import ClusterSpec
 # state leaves at least this fraction of GPU memory for activations, temporary buffers,
 # communication buffers and allocator margin. The seed's TP8 + ZeRO-1 layout leaves 55%.
 MIN_FREE_FRACTION = 0.25
-# MFU values the failure checks quote wall time at (sensitivity of the plan to MFU).
-MFU_SENSITIVITY = (0.4, 0.3)
 RankLayouts = Callable[[ModelSpec, ClusterSpec, TrainingSpec],
                        tuple[dict[str, Any], list[dict[str, Any]]]]
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "zero_stage",
@@ -215,9 +213,6 @@ def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
 
 
 # ---------------------------------------------------------------- the whole plan
-# Fraction of the run's tokens the convergence stage spends before the full run (a
-# planning choice, stated in the plan; the seed asks for "enough tokens to test the curve").
-CONVERGENCE_FRACTION = 0.01
 
 
 def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -236,6 +231,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
     """
     from solver.layouts import ladder_or_none, ladder_versus_best, prediction, searched_layouts
+    from solver.plan_risk import failure_checks, run_risk_section
+    from solver.plan_stages import CONVERGENCE_FRACTION, validation_stages
 
     params = parameter_counts(model, training.seq_len)
     n = params.total
@@ -264,7 +261,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             "assumed_mfu": time.assumed_mfu, "gpus": cluster.available_gpus,
             "cluster_peak_flops": time.cluster_peak_flops, "wall_s": time.wall_s,
             "days": time.days, "gpu_hours": time.gpu_hours,
-            "price_per_gpu_hour": training.price_per_gpu_hour, "cost": time.cost,
+            "price_per_gpu_hour": training.price_per_gpu_hour, "currency": training.currency,
+            "cost": time.cost,
         },
         "batch": _batch_dict(batch, training),
         "search": search,
@@ -282,6 +280,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
+    plan["run_risk"] = run_risk_section(model, cluster, training, plan, best)
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
     plan["failure_checks"] = failure_checks(flops, cluster, training, plan)
     return plan
@@ -289,6 +288,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
 def _assumptions(training: TrainingSpec, comm: dict[str, Any]) -> list[str]:
     """What the plan assumed rather than measured (the seed: "report uncertainty")."""
+    from solver.plan_stages import CONVERGENCE_FRACTION
+
     p = training.precision
     return [
         f"{training.assumed_mfu:.0%} MFU (a planning assumption that traces must replace)",
@@ -318,109 +319,3 @@ def _flops_dict(f: Flops) -> dict[str, Any]:
         "total_causal": f.parameter_matmul + f.attention_causal,
         "formula": "6 N T (Kaplan et al. 2020) + 12 S T (H dh) L (seed; causal halves it)",
     }
-
-
-def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
-    """The seed's small scaling grid generalised: one node, 8 nodes, a quarter, all.
-
-    For 512 GPUs in 8-GPU nodes this is the seed's 8, 64, 128, 512. Sizes are multiples
-    of `unit` (TP x PP GPUs, one model replica) and at most the available GPUs.
-    """
-    total, node = cluster.available_gpus, cluster.gpus_per_node
-    sizes = {node, 8 * node, total // 4, total}
-    return sorted(g for g in sizes if unit <= g <= total and g % unit == 0)
-
-
-def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                best: dict[str, Any], gpus: int) -> dict[str, Any]:
-    """The best layout shrunk to `gpus` (DP scaled down, the global batch kept), with the
-    lightest ZeRO stage from the best's upward that fits; predicted by the cost model.
-
-    At the best layout's own size the search's estimate of it is reused, not evaluated again.
-    """
-    from solver.cost.estimate import estimate_layout
-
-    replica = best["tp"] * best["pp"] * best["cp"]
-    dp = gpus // replica
-    b = batch_plan(training, dp, best["micro_batch"])
-    point = {"gpus": gpus, "dp": dp, "grad_accum": b.grad_accum, "tokens_per_step": b.tokens_per_step,
-             "zero_stage": None, "model_state_per_gpu_bytes": None, "memory_per_gpu_bytes": None,
-             "step_time_s": None, "mfu": None,
-             "note": "full model does not fit: use a reduced-depth proxy"}
-    for z in range(best["zero_stage"], 4):
-        if dp == best["dp"] and z == best["zero_stage"] and "time_breakdown_s" in best:
-            fits, m, step_s, mfu = (best["fits"], best["memory_per_gpu_bytes"],
-                                    best["step_time_s"], best["mfu"])
-        else:
-            layout = LayoutSpec(**{**layout_fields(best), "dp": dp, "zero_stage": z})
-            est = estimate_layout(model, cluster, training, layout)
-            fits, m, step_s, mfu = est.fits, est.memory_per_gpu_bytes, est.step_time_s, est.mfu
-        if fits:
-            point.update(zero_stage=z, model_state_per_gpu_bytes=m["model_state"],
-                         memory_per_gpu_bytes=m["total"], step_time_s=step_s,
-                         mfu=mfu, note="fits the full model")
-            break
-    return point
-
-
-def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                      plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The seed's four stages (correctness, scaling, reliability, convergence) with numbers."""
-    best, n = plan["layouts"][0], plan["parameters"]["total"]
-    assert training.tokens is not None  # build_plan refuses a training without tokens
-    step_flops = plan["flops"]["total"] * plan["batch"]["tokens_per_step"] / training.tokens
-    mem = plan["memory"]["by_component"]
-    grid = [_grid_point(model, cluster, training, best, g)
-            for g in scaling_grid(cluster, best["tp"] * best["pp"] * best["cp"])]
-    conv_tokens = CONVERGENCE_FRACTION * training.tokens
-    return [
-        {"stage": 1, "name": "one-node correctness", "gpus": cluster.gpus_per_node,
-         "expect": {"parameters": n, "flops_per_step": step_flops,
-                    "model_state_per_gpu_bytes_full_scale": best["memory_per_gpu_bytes"]["total"]},
-         "full_model_fits_one_node": bool(grid) and grid[0]["gpus"] == cluster.gpus_per_node
-         and grid[0]["zero_stage"] is not None,
-         "checks": ["confirm loss and gradient behaviour", "verify parameter count and FLOP estimate",
-                    "record peak memory by component", "measure kernel shapes and numerical stability"]},
-        {"stage": 2, "name": "multi-node scaling", "grid": grid,
-         "keep": f"global batch {plan['batch']['tokens_per_step']:,} tokens (report any change)",
-         "record": ["tokens per second", "MFU", "median and tail step time",
-                    "exposed collective time", "per-rank imbalance", "peak memory"]},
-        {"stage": 3, "name": "reliability",
-         "checkpoint_bytes": mem["weights"] + mem["optimizer"],
-         "checks": ["checkpoint model, optimizer, data position and random state",
-                    "test restart before the full run", "measure checkpoint write time and storage load",
-                    "health checks: loss spikes, NaNs, stalled ranks, slow nodes",
-                    "keep a known-good checkpoint for rollback"]},
-        {"stage": 4, "name": "convergence", "tokens": conv_tokens,
-         "steps": round(conv_tokens / plan["batch"]["tokens_per_step"]),
-         "gpu_hours": CONVERGENCE_FRACTION * plan["time"]["gpu_hours"],
-         "checks": ["test the learning curve, not only throughput",
-                    "compare with smaller-scale predictions",
-                    "monitor held-out loss by data source"]},
-    ]
-
-
-def failure_checks(flops: Flops, cluster: ClusterSpec, training: TrainingSpec,
-                   plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """What to watch and the threshold that says the plan's assumption has failed."""
-    best, comm, batch = plan["layouts"][0], plan["communication"], plan["batch"]
-    slower = [run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training, m)
-              for m in MFU_SENSITIVITY]
-    return [
-        {"check": "exposed gradient sync",
-         "threshold_s": comm["dp_grad_sync_lower_bound_s"],
-         "signal": "reduction tail after backward ends longer than the ring lower bound; "
-                   "trace the last gradient buckets"},
-        {"check": "peak memory",
-         "threshold_bytes": best["memory_free_bytes"],
-         "signal": "activations + buffers exceed the memory left after model state; walk the "
-                   "ladder's next steps"},
-        {"check": "MFU below assumption", "assumed_mfu": training.assumed_mfu,
-         "if_lower": [{"mfu": r.assumed_mfu, "days": r.days, "gpu_hours": r.gpu_hours}
-                      for r in slower]},
-        {"check": "batch drift", "tokens_per_step": batch["tokens_per_step"],
-         "target_tokens_per_step": batch["target_tokens_per_step"],
-         "signal": "a change from the validated batch needs learning rate and warmup retuned"},
-        {"check": "rank health",
-         "signal": "loss spikes, NaNs, stalled ranks, slow nodes, per-rank step-time imbalance"},
-    ]

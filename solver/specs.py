@@ -80,6 +80,14 @@ class TrainingSpec(StrictModel):
     assumed_mfu: float = Field(default=0.5, gt=0, le=1, description="MFU assumed for the capacity plan.")
     price_per_gpu_hour: float | None = Field(
         default=None, ge=0, le=1e6, description="Optional price per GPU-hour for cost estimates.")
+    currency: str = Field(
+        default="USD", pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of price_per_gpu_hour (three capital letters), echoed with every cost.")
+    async_checkpoint: bool = Field(
+        default=False,
+        description="Save checkpoints asynchronously (training blocks only for the device-to-host "
+                    "copy): Megatron --async-save, torchtitan checkpoint.async_mode, DeepSpeed "
+                    "checkpoint.writer.decoupled. Default off, as in all three frameworks.")
     causal_attention_flops: bool = Field(
         default=False,
         description="Count attention FLOPs for a causal mask (half of 12*S*T*H*dh*L). Both are reported.")

@@ -10,8 +10,9 @@ import pytest
 
 from solver.errors import InfeasibleError, SpecError
 from solver.plan import (
-    LAYOUT_FIELDS, build_plan, estimate_accounting, ladder_layouts, largest_tp, scaling_grid,
+    LAYOUT_FIELDS, build_plan, estimate_accounting, ladder_layouts, largest_tp,
 )
+from solver.plan_stages import scaling_grid
 from solver.presets import load_model, load_training
 from solver.specs import LayoutSpec, TrainingSpec
 from topology.catalog import load_cluster
@@ -109,7 +110,17 @@ def test_validation_stages_use_the_seed_grid(plan):
 
 def test_failure_checks_carry_numbers(plan):
     by = {c["check"]: c for c in plan["failure_checks"]}
-    assert by["exposed gradient sync"]["threshold_s"] == plan["communication"]["dp_grad_sync_lower_bound_s"]
+    # Issue 12: the check watches the PREDICTED exposed DP time of the recommended layout
+    # (0.25 s), not the unoverlapped ring bound (0.76 s), which it only quotes.
+    sync = by["exposed gradient sync"]
+    assert sync["layout"] == "recommended"
+    assert sync["predicted_s"] == plan["prediction"]["time_breakdown_s"]["dp_exposed"]
+    assert sync["unoverlapped_s"] == plan["communication"]["dp_grad_sync_lower_bound_s"]
+    assert sync["predicted_s"] < sync["threshold_s"] < sync["unoverlapped_s"]
+    # Peak memory: the threshold is the predicted total (71.2 GB), the headroom capacity minus it.
+    mem = by["peak memory"]
+    assert mem["threshold_bytes"] == plan["prediction"]["memory_per_gpu_bytes"]["total"]
+    assert mem["headroom_bytes"] == pytest.approx(80e9 - mem["threshold_bytes"])
     # At 40% MFU: 5.64e5 s x 0.5/0.4 = 7.05e5 s = 8.16 days.
     assert by["MFU below assumption"]["if_lower"][0]["days"] == pytest.approx(8.16, abs=0.01)
 
