@@ -30,8 +30,8 @@ INTERRUPTION_TAIL = 0.001
 
 
 def framework_of(training: TrainingSpec) -> str:
-    """The training framework (training.framework when the spec carries it)."""
-    return getattr(training, "framework", None) or "megatron-core"
+    """The training framework (training.framework, solver.frameworks)."""
+    return training.framework
 
 
 def run_risk_section(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

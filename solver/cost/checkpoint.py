@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
-
+from solver.frameworks.profile import FrameworkName
 from solver.specs import LayoutSpec, PrecisionRecipe
 from topology.spec import ClusterSpec, DEFAULT_STORAGE_GB_S_PER_GPU
-
-Framework = Literal["megatron-core", "torchtitan", "deepspeed"]
 
 FORMATS: dict[str, str] = {
     "megatron-core": "Megatron-Core distributed checkpoint (torch_dist), fully parallel save",
@@ -116,7 +113,7 @@ def _bandwidth(cluster: ClusterSpec, nodes: int, read: bool = False) -> float:
 
 
 def checkpoint_cost(params: int, recipe: PrecisionRecipe, cluster: ClusterSpec, layout: LayoutSpec,
-                    framework: str = "megatron-core", asynchronous: bool = False) -> CheckpointCost:
+                    framework: FrameworkName = "megatron-core", asynchronous: bool = False) -> CheckpointCost:
     """Bytes, write time, blocking time and load time of one checkpoint of `layout`.
 
     Every node of the layout writes its part (Megatron fully parallel save, DCP shards,
