@@ -232,7 +232,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """
     from solver.layouts import ladder_or_none, ladder_versus_best, prediction, searched_layouts
     from solver.plan_risk import failure_checks, run_risk_section
-    from solver.plan_stages import CONVERGENCE_FRACTION, validation_stages
+    from solver.plan_stages import validation_stages
 
     params = parameter_counts(model, training.seq_len)
     n = params.total

@@ -15,6 +15,7 @@ from typing import Any
 from solver.cost.accounting import Flops, parameter_counts, run_time
 from solver.cost.checkpoint import checkpoint_cost
 from solver.cost.risk import failure_model, run_risk
+from solver.frameworks.profile import FrameworkName
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 
@@ -29,7 +30,7 @@ STEP_TOLERANCE = 0.10
 INTERRUPTION_TAIL = 0.001
 
 
-def framework_of(training: TrainingSpec) -> str:
+def framework_of(training: TrainingSpec) -> FrameworkName:
     """The training framework (training.framework, solver.frameworks)."""
     return training.framework
 
