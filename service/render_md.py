@@ -46,6 +46,7 @@ def _memory(m: dict[str, Any]) -> list[str]:
             f"- gradients: {bpp['gradients']} B/param -> {_gb(c['gradients'])}",
             f"- optimizer: {bpp['optimizer']} B/param -> {_gb(c['optimizer'])}",
             f"- **total: {_gb(m['model_state_bytes'])}** ({bpp['total']} B/param); excludes {m['excludes']}."]
+    + ([f"- Note: {m['per_layout_recipe']}."] if m.get("per_layout_recipe") else [])
 
 
 def _compute(f: dict[str, Any], t: dict[str, Any]) -> list[str]:
@@ -67,7 +68,8 @@ def _lay(d: dict[str, Any]) -> str:
     extra = (f" CP{d['cp']}" if d["cp"] > 1 else "") + (f" VPP{d['vpp']}" if d["vpp"] > 1 else "")
     return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']}{extra} ZeRO-{d['zero_stage']}"
             f"{' SP' if d['sequence_parallel'] else ''} mb{d['micro_batch']} {d['recompute']}"
-            + (f" order {d['rank_order']}" if d.get("rank_order", "tp-cp-dp-pp") != "tp-cp-dp-pp" else ""))
+            + (f" order {d['rank_order']}" if d.get("rank_order", "tp-cp-dp-pp") != "tp-cp-dp-pp" else "")
+            + (f" [{d['framework']}]" if d.get("framework") else ""))
 
 
 def _ladder(plan: dict[str, Any]) -> list[str]:
@@ -112,7 +114,8 @@ def _ranked(plan: dict[str, Any]) -> list[str]:
     out += ["", f"**Recommended: {_lay(lays[0])}**: {p['step_time_s']:.2f} s per step, "
             f"MFU {p['mfu']:.1%} (HFU {p['hfu']:.1%}), {p['tokens_per_s']:,.0f} tokens/s.",
             f"- time per step: {parts}",
-            f"- memory per GPU: {mem}; total {_gb(p['memory_per_gpu_bytes']['total'])}"]
+            f"- memory per GPU: {mem}; total {_gb(p['memory_per_gpu_bytes']['total'])}"
+            + (f" ({lays[0]['framework']} recipe: {lays[0]['memory_recipe']})" if lays[0].get("memory_recipe") else "")]
     if "wall_s" in p:
         out.append(f"- run at the predicted step time: {p['steps']:,} steps x {p['step_time_s']:.2f} s "
                    f"= {p['days']:.2f} days, {p['gpu_hours']:,.0f} GPU-hours")
@@ -297,7 +300,13 @@ def render_estimate(est: dict[str, Any]) -> str:
     lay, m, c = est["layout"], est["memory_per_gpu_bytes"], est["communication"]
     desc = ", ".join(f"{k}={v}" for k, v in lay.items())
     rows = [[k, _gb(v)] for k, v in m.items()]
-    out = [f"# Estimate: {desc} ({est['gpus']} GPUs)", ""]
+    out = [f"# Estimate: {desc} ({est['gpus']} GPUs, {est.get('framework', 'megatron-core')})", ""]
+    out += [f"**NOT RUNNABLE in {est['framework']}**: {v['reason']} ({v['rule']}; "
+            f"{v['sources'][0]['repository']} {v['sources'][0]['path']} @ {v['sources'][0]['commit'][:10]})"
+            for v in est.get("framework_violations", [])] + ([""] if est.get("framework_violations") else [])
+    if est.get("memory_recipe"):
+        out += [f"Memory recipe: {est['memory_recipe']['mode']} "
+                f"({est['memory_recipe']['bytes_per_param']:.2f} B/param of model state)", ""]
     if "step_time_s" in est:
         t = est["time_breakdown_s"]
         out += [f"**{est['step_time_s']:.3f} s per step**, MFU {est['mfu']:.1%}, HFU {est['hfu']:.1%}, "

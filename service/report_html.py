@@ -42,7 +42,8 @@ def layout_label(layout: dict[str, Any]) -> str:
     rec = {"none": "no-rc", "selective": "sel", "full": "full"}.get(str(layout.get("recompute")), "")
     vpp = f" v{layout['vpp']}" if layout.get("vpp", 1) > 1 else ""
     return (f"TP{layout.get('tp')} PP{layout.get('pp')}{vpp} DP{layout.get('dp')} "
-            f"CP{layout.get('cp')} Z{layout.get('zero_stage')} mb{layout.get('micro_batch')} {rec}")
+            f"CP{layout.get('cp')} Z{layout.get('zero_stage')} mb{layout.get('micro_batch')} {rec}"
+            + (f" [{layout['framework']}]" if layout.get("framework") else ""))
 
 
 def memory_components(memory: dict[str, Any]) -> dict[str, float]:
@@ -309,8 +310,9 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
                      "summary")
     from solver.plan import LAYOUT_FIELDS  # the plan's layout fields, in contract order
 
-    layouts = _table(["#"] + list(LAYOUT_FIELDS) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
-                     _layout_rows(plan.get("layouts") or [], LAYOUT_FIELDS), "layouts")
+    columns = (*LAYOUT_FIELDS, "framework")
+    layouts = _table(["#"] + list(columns) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
+                     _layout_rows(plan.get("layouts") or [], columns), "layouts")
     charts = ""
     if rows:
         charts = (f"<h2>Per-GPU memory, top {len(ranked)} layouts</h2>"

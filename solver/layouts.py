@@ -62,14 +62,16 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     fields = layout_fields(ladder_layout)
     layout = LayoutSpec(**fields)
     est = estimate_layout(model, cluster, training, layout)
-    out: dict[str, Any] = {"layout": fields, "step_time_s": est.step_time_s,
+    out: dict[str, Any] = {"layout": {**fields, "framework": est.framework}, "step_time_s": est.step_time_s,
                            "mfu": est.mfu, "fits": est.fits,
                            "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
                            "time_breakdown_s": dict(est.time_breakdown_s),
                            "slower_than_best": est.step_time_s / best["step_time_s"] - 1.0,
                            "why": slower_because(est.time_breakdown_s, best["time_breakdown_s"]),
                            "memory_headroom_bytes": est.memory_margin.headroom_bytes,
-                           "memory_margin_reserved_fraction": est.memory_margin.margin_fraction_reserved}
+                           "memory_margin_reserved_fraction": est.memory_margin.margin_fraction_reserved,
+                           "memory_recipe": est.memory_recipe["mode"],
+                           "framework_violations": list(est.framework_violations)}
     if est.fits:
         rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"], estimate=est)
         out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})

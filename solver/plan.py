@@ -230,6 +230,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s.
     Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
     """
+    from solver.cost.state import per_layout_recipe_note
     from solver.layouts import ladder_or_none, ladder_versus_best, prediction, searched_layouts
     from solver.plan_risk import failure_checks, run_risk_section
     from solver.plan_stages import validation_stages
@@ -255,7 +256,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                              "optimizer": state.optimizer},
             "bytes_per_parameter": _bytes_per_param(training),
             "excludes": "activations, temporary kernel buffers, communication buffers, allocator margin",
-        },
+            "per_layout_recipe": per_layout_recipe_note(training)},
         "flops": _flops_dict(flops),
         "time": {
             "assumed_mfu": time.assumed_mfu, "gpus": cluster.available_gpus,

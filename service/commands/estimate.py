@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from service.cli import emit
+from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
 from service.render_md import render_estimate
 from solver.layouts import estimate
@@ -18,6 +20,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
     p.add_argument("--training", required=True, help="training preset name or JSON path")
     p.add_argument("--layout", required=True, help="layout as a JSON path or an inline JSON object")
+    add_framework_flag(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -25,5 +28,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     training, layout = require_training(args.training), load_layout(args.layout)
-    emit(estimate(model, cluster, training, layout), args.format, render_estimate)
+    result = estimate(model, cluster, with_framework(training, args.framework), layout)
+    for v in result["framework_violations"]:  # loud: the prediction is for a layout that cannot run
+        src = v["sources"][0]
+        print(f"warning: NOT RUNNABLE: {v['reason']} [{v['rule']}; {src['repository']} {src['path']} "
+              f"@ {src['commit'][:10]}]", file=sys.stderr)
+    emit(result, args.format, render_estimate)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from service.cli import emit
+from service.commands.framework_args import add_framework_flag, with_framework
 from service.render_md import render_plan
 from solver.errors import Problem, SpecError
 from solver.plan import build_plan
@@ -21,6 +22,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
     p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch); "
                                       f"default: the seed recipe '{DEFAULT_TRAINING}', stated in the plan")
+    add_framework_flag(p)
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
     p.set_defaults(run=run)
 
@@ -36,7 +38,8 @@ def require_training(arg: str | None):
 
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    plan = build_plan(model, cluster, require_training(args.training or DEFAULT_TRAINING))
+    training = with_framework(require_training(args.training or DEFAULT_TRAINING), args.framework)
+    plan = build_plan(model, cluster, training)
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

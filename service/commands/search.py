@@ -5,6 +5,9 @@ import argparse
 from typing import Any
 
 from service.cli import emit
+from service.commands.framework_args import (
+    add_framework_flag, add_search_flags, search_flag_options, with_framework,
+)
 from service.commands.plan import require_training
 from service.render_md import layout_gpus, md_table
 from solver.plan import LAYOUT_FIELDS
@@ -32,6 +35,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--split-stages", action=argparse.BooleanOptionalAction, default=False,
                    help="choose layers per pipeline stage (lighter first/last stages), reported "
                         "(default off: every stage is charged as the busiest rank)")
+    add_search_flags(p)
+    add_framework_flag(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -42,19 +47,20 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed, "objective": args.objective, "deadline_s": args.deadline_s,
             "allow_fewer_gpus": args.allow_fewer_gpus, "batch_tolerance": args.batch_tolerance,
             "allow_tp_outside_node": args.allow_tp_outside_node, "gpus": args.gpus,
-            "split_stages": args.split_stages}
+            "split_stages": args.split_stages, **search_flag_options(args)}
 
 
 def run(args: argparse.Namespace) -> int:
     from solver.search import search_layouts
 
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    result = search_layouts(model, cluster, require_training(args.training), options_from_args(args))
+    training = with_framework(require_training(args.training), args.framework)
+    result = search_layouts(model, cluster, training, options_from_args(args))
     emit(result.as_dict(), args.format, render_search)
     return 0
 
 
-COLUMNS = ("rank", *LAYOUT_FIELDS, "grad_accum")
+COLUMNS = ("rank", *LAYOUT_FIELDS, "grad_accum", "framework")
 
 
 def render_search(result: dict[str, Any]) -> str:

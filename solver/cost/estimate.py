@@ -12,9 +12,12 @@ from dataclasses import asdict, dataclass, field
 
 from solver.cost.accounting import attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
+from solver.cost.state import recipe_summary
 from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
 from solver.cost.terms import CostContext, with_rank_order
 from solver.errors import Problem, SpecError
+from solver.frameworks import load_framework
+from solver.frameworks.capability import violations
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
 from topology.spec import ClusterSpec
 
@@ -48,11 +51,20 @@ class LayoutEstimate:
     fits: bool
     memory_margin: MemoryMargin
     notes: tuple[str, ...] = field(default=())
+    framework: str = "megatron-core"     # training.framework
+    memory_recipe: dict = field(default_factory=dict)  # solver.cost.state.recipe_summary
+    framework_violations: tuple = ()     # capability rules the framework breaks (Violation dicts)
+
+    @property
+    def runs_in_framework(self) -> bool:
+        return not self.framework_violations
 
     def as_dict(self) -> dict:
         """Plain JSON-ready dict (the public `estimate` schema)."""
         out = asdict(self)
         out["notes"] = list(self.notes)
+        out["framework_violations"] = list(self.framework_violations)
+        out["runs_in_framework"] = self.runs_in_framework
         return out
 
 
@@ -71,6 +83,15 @@ def check_layout(ctx: CostContext, layout: LayoutSpec) -> None:
     if problems:
         raise SpecError("layout does not fit the model or cluster: " + "; ".join(map(str, problems)),
                         problems)
+
+
+def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum: int) -> list[dict]:
+    """The capability rules of training.framework the layout breaks, each with its reason
+    and the framework source (solver.frameworks.capability.violations); empty: it runs."""
+    fw = load_framework(training.framework)
+    found = violations(fw, kernel=training.attention_kernel, tp=layout.tp, pp=layout.pp, cp=layout.cp,
+                       vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum)
+    return [v.as_dict() for v in found]
 
 
 def model_flops_per_token(ctx: CostContext) -> float:
@@ -106,13 +127,17 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
                           usable - mem["total"], (usable - mem["total"]) / cap)
     notes = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
         f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
+    broken = framework_violations(ctx.training, layout, m)
+    notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
     return LayoutEstimate(
         layout=layout.model_dump(), step_time_s=st.step_time_s,
         mfu=model_flops / (st.step_time_s * peak), hfu=hw_flops / (st.step_time_s * peak),
         tokens_per_s=batch.tokens_per_step / st.step_time_s, tokens_per_step=batch.tokens_per_step,
         grad_accum=m, model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
         time_breakdown_s=st.breakdown_s, memory_per_gpu_bytes=mem,
-        fits=mem["total"] <= usable, memory_margin=margin, notes=notes)
+        fits=mem["total"] <= usable, memory_margin=margin, notes=notes, framework=ctx.training.framework,
+        memory_recipe=recipe_summary(ctx.training, layout.zero_stage, layout.pp, layout.dp, layout.cp),
+        framework_violations=tuple(broken))
 
 
 def estimate_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

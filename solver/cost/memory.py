@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.cost.accounting import StateBytes, per_gpu_model_state_bytes
+from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES
 from solver.cost.options import AttentionKernel
+from solver.cost.state import framework_state_bytes, gathered_weight_bytes
 from solver.cost.terms import CostContext, layers_on_rank
-from solver.specs import LayoutSpec, ModelSpec, Recompute, ZeroStage
+from solver.specs import ModelSpec, Recompute, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,9 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
 
 
 def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage) -> StateBytes:
-    """Weights, gradients, optimizer state per GPU (accounting.per_gpu_model_state_bytes)."""
-    layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=zero)
-    return per_gpu_model_state_bytes(ctx.params.total, ctx.training.precision, layout)
+    """Weights, gradients, optimizer state per GPU under training.framework's recipe
+    (solver.cost.state), parameters split evenly over TP x PP."""
+    return framework_state_bytes(ctx.training, ctx.params.total / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
 
 
 def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, sp: bool,
@@ -142,7 +143,8 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
 
     DP: two gradient buckets in flight (Megatron DDP); SP: the all-gathered layer input
     (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t);
-    ZeRO-3: two layers of gathered weights (prefetch, FSDP).
+    gathered BF16 weights of the layers in flight where the framework's recipe has them
+    (ZeRO-3 / FSDP prefetch: two layers; solver.cost.state.gathered_weight_bytes).
     """
     rec = ctx.training.precision
     s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
@@ -153,6 +155,4 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
         out += ACT_BYTES * s_b_h
     if pp > 1:
         out += 4 * ACT_BYTES * s_b_h / tp
-    if zero == 3:
-        out += 2 * ctx.params.per_layer / tp * rec.weight_bytes
-    return out
+    return out + gathered_weight_bytes(ctx.training, ctx.params.per_layer, tp=tp, pp=pp, zero=zero)

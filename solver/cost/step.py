@@ -52,7 +52,7 @@ from collections.abc import Callable
 
 from solver.cost import memory as M
 from solver.cost import terms as T
-from solver.cost.accounting import per_gpu_model_state_bytes
+from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.specs import LayoutSpec, ZeroStage
 
@@ -448,10 +448,9 @@ def dominant_stages(profile: list[tuple[int, float, bool]]) -> list[tuple[int, f
 
 
 def stage_state(ctx: CostContext, params: int, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage):
-    """Model state per GPU of a rank holding `params` parameters (accounting.per_gpu_model_state_bytes
-    of params x pp, which spreads them over tp x pp)."""
-    return per_gpu_model_state_bytes(params * pp, ctx.training.precision,
-                                     LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=zero))
+    """Model state per GPU of a rank holding `params` parameters (split over TP) under
+    training.framework's recipe (solver.cost.state.framework_state_bytes)."""
+    return framework_state_bytes(ctx.training, params / tp, pp=pp, dp=dp, cp=cp, zero=zero)
 
 
 def stage_memory_terms(ctx: CostContext, stage: tuple[int, float, bool], *, tp: int, pp: int, dp: int,

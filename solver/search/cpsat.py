@@ -41,12 +41,14 @@ class LayoutModel:
         self.explain = explain
         self.var: dict[str, cp_model.IntVar] = {}
         self.values: dict[str, tuple[int, ...]] = {}
+        self._zero: dict[tuple[int, int, int], tuple[int, ...]] = {}
         self._fields()
         self._tensor()
         self._pipeline()
         self._context()
         self._gpus()
         self._batch()
+        self._framework()
 
     # --- variables -------------------------------------------------------------------
     def _new(self, name: str, values: Iterable[int]) -> cp_model.IntVar:
@@ -87,18 +89,21 @@ class LayoutModel:
         """TP divides heads / kv heads, stays in a node; sequence parallelism needs TP > 1."""
         rows = [(t, s) for t in self.values["tp"] for s in self.values["sequence_parallel"]
                 if rules.sequence_parallel_ok(t, bool(s))
-                and rules.tensor_ok(self.spec, self.cluster, self.options, t)]
+                and rules.tensor_ok(self.spec, self.cluster, self.options, t)
+                and rules.framework_tensor_ok(self.training, t, bool(s))]
         self._allowed("tensor", ("tp", "sequence_parallel"), rows)
 
     def _pipeline(self) -> None:
         """PP x VPP chunks of >= 1 layer; even split unless uneven stages are allowed."""
         rows = [(p, v) for p in self.values["pp"] for v in self.values["vpp"]
-                if rules.pipeline_ok(self.spec, self.options, p, v)]
+                if rules.pipeline_ok(self.spec, self.options, p, v)
+                and rules.framework_pipeline_ok(self.training, p, v)]
         self._allowed("pipeline", ("pp", "vpp"), rows)
 
     def _context(self) -> None:
         """CP divides the sequence into 2 x cp chunks."""
-        rows = [(c,) for c in self.values["cp"] if rules.context_ok(self.training, c)]
+        rows = [(c,) for c in self.values["cp"]
+                if rules.context_ok(self.training, c) and rules.framework_context_ok(self.training, c)]
         self._allowed("context", ("cp",), rows)
 
     def _gpus(self) -> None:
@@ -119,8 +124,23 @@ class LayoutModel:
         self._new("accum", [r[-1] for r in rows] or [1])
         self._allowed("batch", ("dp", "micro_batch", "accum"), rows)
         inter = [(p, v, a) for p in self.values["pp"] for v in self.values["vpp"]
-                 for a in self.values["accum"] if rules.interleave_batch_ok(p, v, a)]
+                 for a in self.values["accum"] if rules.interleave_batch_ok(p, v, a, self.training)]
         self._allowed("pipeline", ("pp", "vpp", "accum"), inter)
+
+    def _framework(self) -> None:
+        """The ZeRO stages training.framework runs at each PP (and with the TP and CP)."""
+        rows = [(t, p, c, z) for t, p, c, z in itertools.product(
+            self.values["tp"], self.values["pp"], self.values["cp"], self.values["zero_stage"])
+            if rules.framework_shard_ok(self.training, t, p, c, z)]
+        self._allowed("framework", ("tp", "pp", "cp", "zero_stage"), rows)
+
+    def zero_stages(self, tp: int, pp: int, cp: int) -> tuple[int, ...]:
+        """The searched ZeRO stages the framework runs with these degrees (shard rows; memoized)."""
+        key = (tp, pp, cp)
+        if key not in self._zero:
+            self._zero[key] = tuple(z for z in self.values["zero_stage"]
+                                    if rules.framework_shard_ok(self.training, tp, pp, cp, z))
+        return self._zero[key]
 
     def degree_rows(self) -> list[tuple[int, int, int, int]]:
         """Valid (tp, pp, cp, dp) combinations (the gpus family's table)."""
@@ -129,19 +149,24 @@ class LayoutModel:
     def pipeline_rows(self) -> Iterable[tuple]:
         """Valid (tp, pp, cp, dp, vpp, micro_batch, sequence_parallel, recompute) combinations.
 
-        Every structural rule is applied, so each row extends to a layout with any ZeRO stage.
+        Every structural rule is applied, so each row extends to a layout with each ZeRO stage
+        of zero_stages(tp, pp, cp) (degrees with none are left out).
         """
         batch = {(d, m): a for d, m, a in self._batch_rows}
         for tp, pp, cp, dp in self.degree_rows():
+            if not self.zero_stages(tp, pp, cp):
+                continue
             for vpp in self.values["vpp"]:
-                if not rules.pipeline_ok(self.spec, self.options, pp, vpp):
+                if not (rules.pipeline_ok(self.spec, self.options, pp, vpp)
+                        and rules.framework_pipeline_ok(self.training, pp, vpp)):
                     continue
                 for mb in self.values["micro_batch"]:
                     accum = batch.get((dp, mb))
-                    if accum is None or not rules.interleave_batch_ok(pp, vpp, accum):
+                    if accum is None or not rules.interleave_batch_ok(pp, vpp, accum, self.training):
                         continue
                     for sp in self.values["sequence_parallel"]:
-                        if rules.sequence_parallel_ok(tp, bool(sp)):
+                        if rules.sequence_parallel_ok(tp, bool(sp)) and \
+                                rules.framework_tensor_ok(self.training, tp, bool(sp)):
                             for rc in self.values["recompute"]:
                                 yield (tp, pp, cp, dp, vpp, mb, sp, rc)
 

@@ -123,6 +123,8 @@ def _family_text(model, cluster, training, core: list[str], options: SearchOptio
         "gpus": f"tp x pp x cp x dp must equal {gpu_target(cluster, options)} GPUs",
         "batch": f"dp x micro_batch x accum x {training.seq_len} must hit "
                  f"{training.global_batch_tokens} tokens per step",
+        "framework": f"{training.framework} must run the ZeRO stage at that PP, TP and CP "
+                     f"(solver/data/frameworks/{training.framework}.json)",
     }
     return "; ".join(text[f] for f in core)
 

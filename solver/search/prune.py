@@ -95,7 +95,7 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[float]:
     tp, pp, cp, dp, sp, mb = g
     m = accum(dp, mb)
     out = []
-    shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.values["zero_stage"]]
+    shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.zero_stages(tp, pp, cp)]
     for key in rows:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
         for shard, dp_s in shards:

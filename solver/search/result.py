@@ -29,7 +29,8 @@ class RankedLayout:
                                "grad_accum": self.grad_accum,
                                "step_time_s": est.step_time_s, "mfu": est.mfu,
                                "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]},
-                               "fits": est.fits}
+                               "fits": est.fits, "framework": est.framework,
+                               "memory_recipe": est.memory_recipe["mode"]}
         if self.pipeline_split is not None:
             out["pipeline_split"] = list(self.pipeline_split)
         out["estimate"] = est.as_dict()

@@ -15,10 +15,15 @@ evaluator (which filters full layouts) apply the same rules. Sources:
 - gpus: tp x pp x dp x cp is the number of GPUs used.
 - batch: global batch = dp x micro_batch x accumulation x seq_len (seed plan, "Build the
   global batch"); accumulation as in solver.cost.accounting.batch_plan.
+- framework: what training.framework can run (solver.frameworks.capability, each rule cited
+  in solver/data/frameworks/<name>.json): ZeRO stages with and without PP, interleaving and
+  its micro-batch rule, CP only with the attention kernels its CP supports, TP and SP.
 """
 from __future__ import annotations
 
 from solver.cost.accounting import batch_plan
+from solver.frameworks import capability as fwcap
+from solver.frameworks import load_framework
 from solver.search.options import SearchOptions
 from solver.specs import ModelSpec, TrainingSpec, tp_splits_heads
 from topology.spec import ClusterSpec
@@ -50,9 +55,32 @@ def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int) -> 
     return vpp == 1 and options.allow_uneven_pipeline
 
 
-def interleave_batch_ok(pp: int, vpp: int, accum: int) -> bool:
-    """Interleaved 1F1B runs micro-batches in groups of pp (Megatron-LM schedules.py)."""
-    return vpp == 1 or accum % pp == 0
+def interleave_batch_ok(pp: int, vpp: int, accum: int, training: TrainingSpec | None = None) -> bool:
+    """Interleaved 1F1B runs micro-batches in groups of pp (Megatron-LM schedules.py); with
+    a training spec, its framework's rule (solver.frameworks.capability.interleave_batch_ok)."""
+    if training is None:
+        return vpp == 1 or accum % pp == 0
+    return fwcap.interleave_batch_ok(load_framework(training.framework), pp, vpp, accum)
+
+
+def framework_tensor_ok(training: TrainingSpec, tp: int, sp: bool) -> bool:
+    """The framework has TP (when tp > 1) and Megatron-style SP (when sp)."""
+    return fwcap.tensor_ok(load_framework(training.framework), tp, sp)
+
+
+def framework_pipeline_ok(training: TrainingSpec, pp: int, vpp: int) -> bool:
+    """The framework interleaves (when vpp > 1) at this pp."""
+    return fwcap.interleave_ok(load_framework(training.framework), pp, vpp)
+
+
+def framework_context_ok(training: TrainingSpec, cp: int) -> bool:
+    """The framework's CP runs with the training's attention kernel (when cp > 1)."""
+    return fwcap.context_ok(load_framework(training.framework), training.attention_kernel, cp)
+
+
+def framework_shard_ok(training: TrainingSpec, tp: int, pp: int, cp: int, zero: int) -> bool:
+    """The framework runs this ZeRO stage at this PP (and with this TP and CP)."""
+    return fwcap.shard_ok(load_framework(training.framework), tp, pp, cp, zero)
 
 
 def context_ok(training: TrainingSpec, cp: int) -> bool:

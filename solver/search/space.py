@@ -67,12 +67,14 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     g = rules.gpu_target(cluster, options)
     raw = raw and not options.gpus_may_vary  # raw ranges of a varying GPU count are too large
     tps = [t for t in _degree_values(cluster, options, g if raw else min(model.heads, g))
-           if raw or rules.tensor_ok(model, cluster, options, t)]
+           if raw or (rules.tensor_ok(model, cluster, options, t)
+                      and any(rules.framework_tensor_ok(training, t, s) for s in (False, True)))]
     pps = _degree_values(cluster, options, g if raw else model.layers)
     vpps = [v for v in range(1, options.max_vpp + 1)
-            if raw or any(rules.pipeline_ok(model, options, p, v) for p in pps)]
+            if raw or any(rules.pipeline_ok(model, options, p, v)
+                          and rules.framework_pipeline_ok(training, p, v) for p in pps)]
     cps = [c for c in _degree_values(cluster, options, options.max_cp)
-           if raw or rules.context_ok(training, c)]
+           if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c))]
     return Domains(
         tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps),
         dp=tuple(_dp_values(cluster, training, options, raw)),
@@ -87,7 +89,8 @@ def degrees_ok(cluster: ClusterSpec, options: SearchOptions, tp: int, pp: int, c
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       options: SearchOptions) -> Iterator[LayoutSpec]:
-    """Every layout that passes every structural rule (memory is the cost model's call)."""
+    """Every layout that passes every structural and framework rule (memory is the cost
+    model's call)."""
     d = domains(model, cluster, training, options)
     for tp in d.tp:
         for pp in d.pp:
@@ -99,17 +102,19 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
 
 def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: int):
     for vpp in d.vpp:
-        if not rules.pipeline_ok(model, options, pp, vpp):
+        if not (rules.pipeline_ok(model, options, pp, vpp) and rules.framework_pipeline_ok(training, pp, vpp)):
             continue
         for mb in d.micro_batch:
             if not rules.batch_ok(training, options, dp, mb):
                 continue
-            if not rules.interleave_batch_ok(pp, vpp, rules.accumulation(training, dp, mb)):
+            if not rules.interleave_batch_ok(pp, vpp, rules.accumulation(training, dp, mb), training):
                 continue
             for sp in d.sequence_parallel:
-                if not rules.sequence_parallel_ok(tp, sp):
+                if not (rules.sequence_parallel_ok(tp, sp) and rules.framework_tensor_ok(training, tp, sp)):
                     continue
                 for zero in d.zero_stage:
+                    if not rules.framework_shard_ok(training, tp, pp, cp, zero):
+                        continue
                     for rec in d.recompute:
                         yield LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=sp,
                                          zero_stage=zero, micro_batch=mb, recompute=rec)

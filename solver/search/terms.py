@@ -268,7 +268,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
         pipe.append(time_int(pipe_s))  # 0 without time columns
         act.append(a)
     shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
-                     for z in lm.values["zero_stage"]})
+                     for z in lm.zero_stages(tp, pp, cp)})  # the framework's stages
     shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
                    for tp, pp, cp, dp, sp, z, mb in shards]
     rest = [t.rest(*shard) for shard in shards if in_time()]

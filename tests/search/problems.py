@@ -34,10 +34,13 @@ headroom = st.floats(0.1, 2.5)
 
 
 def binding_cluster(model: ModelSpec, nodes: int, gpus_per_node: int, share: float) -> ClusterSpec:
-    from solver.cost.accounting import model_state_bytes, parameter_counts
-    from solver.specs import PrecisionRecipe
+    from solver.cost.accounting import parameter_counts
+    from solver.frameworks import load_framework
 
-    state = model_state_bytes(parameter_counts(model).total, PrecisionRecipe()).total
+    # `share` of the unsharded model state under the default framework's recipe (Megatron-Core
+    # ZeRO-0: 18 bytes/param), the per-layout memory the cost model charges.
+    full = load_framework("megatron-core").recipe(0, 1).bytes_per_param(1)
+    state = parameter_counts(model).total * full
     return tiny_cluster(nodes, gpus_per_node, (3e9 + share * state) / 0.9 / 1e9)
 
 

@@ -88,7 +88,7 @@ def rows_builder(capacity_bytes):
             pipe.append(time_int(acc * t + (pp - 1) / vpp * t))
             act.append(act_bytes(m, **kw))
         shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
-                         for z in lm.values["zero_stage"]})
+                         for z in lm.zero_stages(tp, pp, cp)})
         sync = [time_int(sync_s(m, tp, pp, dp, cp, z)) for tp, pp, cp, dp, sp, z, mb in shards]
         state = [state_bytes(m, tp, pp, dp, cp, z) for tp, pp, cp, dp, sp, z, mb in shards]
         return TermRows(keys, pipe, shards, sync, 1.0,

@@ -40,7 +40,7 @@ def fastest_split(ctx, layout):
                         uneven=True)
 
 
-@pytest.mark.parametrize("share", [0.3, 0.5])
+@pytest.mark.parametrize("share", [0.35, 0.4])  # shares of the 18-byte Megatron-Core state
 def test_split_is_the_fastest_that_fits(share):
     """Layouts whose fastest split does not fit: the assigned split fits and is as fast as the
     fastest fitting composition; when none fits, the layout is rejected."""
@@ -61,7 +61,7 @@ def test_split_is_the_fastest_that_fits(share):
         moved += 1
         assert got is not None and got.estimate.fits
         assert got.estimate.step_time_s == pytest.approx(min(fitting), rel=1e-12)
-    assert moved >= 5  # the case the rule exists for occurs (7 and 14 layouts, counted by hand run)
+    assert moved >= 5  # the case the rule exists for occurs (8 layouts at each share, counted by hand run)
 
 
 def test_stage_layer_limits_are_exact():

@@ -40,8 +40,11 @@ def test_estimate_seed_layout(client):
     r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
     assert r.status_code == 200, r.text
     body = r.json()
-    state = body["memory_per_gpu_bytes"]["model_state"]
-    assert state == pytest.approx(35.84e9, rel=0.01)
+    assert body["accounting"]["memory_per_gpu_bytes"]["total"] == pytest.approx(35.84e9, rel=0.01)
+    # The per-layout figure is Megatron-Core's: N/8 params x (6 + 12/64) bytes (distributed optimizer).
+    assert body["memory_per_gpu_bytes"]["model_state"] == 8_687_617_024 * (6 + 12 / 64)
+    assert body["framework"] == "megatron-core"
+    assert body["memory_recipe"]["mode"] == "--use-distributed-optimizer"
     assert body["communication"]["dp_grad_sync_lower_bound_s"] == pytest.approx(0.77, rel=0.02)
     assert body["batch"]["tokens_per_step"] == 4_194_304
 

@@ -1,0 +1,60 @@
+"""Per-GPU model state under the framework's own precision recipe (per-layout memory).
+
+Unit legend: `_bytes` bytes; `bytes_per_param` bytes per parameter of the rank's share.
+
+The plan's capacity section keeps the seed's 12-byte accounting (accounting.
+per_gpu_model_state_bytes with training.precision); every per-layout memory figure of the
+cost model uses the recipe of training.framework instead (solver/data/frameworks/<name>.json,
+each recipe cited to the framework source): a part of each state kept whole on every rank
+plus a part sharded over the DP x CP group (d ranks). E.g. Megatron-Core BF16 with the
+distributed optimizer (ZeRO-1): 2 (BF16 weights) + 4 (FP32 main grads, full size) +
+12/d (FP32 main params + two FP32 Adam moments) = 6 + 12/d bytes per parameter (Megatron-LM
+docs/user-guide/features/dist_optimizer.md).
+"""
+from __future__ import annotations
+
+from solver.cost.accounting import StateBytes
+from solver.frameworks import StateRecipe, load_framework
+from solver.specs import TrainingSpec
+
+BF16_BYTES = 2  # unsharded compute copies gathered by ZeRO-3 / FSDP are BF16 in every profile
+
+
+def state_recipe(training: TrainingSpec, zero: int, pp: int) -> StateRecipe:
+    """The framework's recipe for a ZeRO stage at this PP; for a stage the framework does
+    not run at this PP (the estimate flags it), its recipe for that stage at any PP."""
+    fw = load_framework(training.framework)
+    exact = fw.recipe(zero, pp)
+    return exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
+
+
+def framework_state_bytes(training: TrainingSpec, local_params: float, *, pp: int, dp: int, cp: int,
+                          zero: int) -> StateBytes:
+    """Weights, gradients and optimizer state per GPU for `local_params` parameters on the
+    rank (its TP x PP share), the sharded parts split over d = DP x CP ranks."""
+    r, d = state_recipe(training, zero, pp), dp * cp
+    return StateBytes(
+        weights=local_params * (r.weights_full_bytes + r.weights_sharded_bytes / d),
+        gradients=local_params * (r.gradients_full_bytes + r.gradients_sharded_bytes / d),
+        optimizer=local_params * (r.optimizer_full_bytes + r.optimizer_sharded_bytes / d),
+    )
+
+
+def gathered_weight_bytes(training: TrainingSpec, layer_params: float, *, tp: int, pp: int, zero: int) -> float:
+    """Unsharded BF16 weights of the layers in flight (ZeRO-3 / FSDP prefetch), bytes."""
+    return state_recipe(training, zero, pp).gathered_layers * layer_params / tp * BF16_BYTES
+
+
+def recipe_summary(training: TrainingSpec, zero: int, pp: int, dp: int, cp: int) -> dict:
+    """What the plan prints beside a layout's memory: framework, mode, bytes per parameter."""
+    r = state_recipe(training, zero, pp)
+    return {"framework": training.framework, "zero_stage": zero, "mode": r.mode,
+            "full_bytes_per_param": r.total_full_bytes, "sharded_bytes_per_param": r.total_sharded_bytes,
+            "shard_ranks": dp * cp, "bytes_per_param": r.bytes_per_param(dp * cp)}
+
+
+def per_layout_recipe_note(training: TrainingSpec) -> str:
+    """The plan's statement of which recipe its memory figures use."""
+    fw = load_framework(training.framework)
+    return (f"this section uses the seed's capacity recipe (training.precision); every per-layout "
+            f"memory figure uses {fw.name}'s recipe: {fw.memory.precision}")

@@ -1,0 +1,78 @@
+"""Per-layout model state under each framework's recipe, against hand-derived numbers; and
+`estimate` on a layout the framework cannot run names the rule and its source."""
+from __future__ import annotations
+
+import pytest
+
+from solver.cost.estimate import estimate_layout
+from solver.cost.memory import comm_buffer_bytes
+from solver.cost.estimate import make_context
+from solver.presets import load_model, load_training
+from solver.specs import LayoutSpec
+from topology.catalog import load_cluster
+
+# seed-70b: 69,500,936,192 parameters; per transformer layer 855,654,400 (Llama-3 70B shape).
+N = 69_500_936_192
+
+
+def _state(framework: str, **layout):
+    training = load_training("seed-300b").model_copy(update={"framework": framework})
+    est = estimate_layout(load_model("seed-70b"), load_cluster("seed-512"), training, LayoutSpec(**layout))
+    m = est.memory_per_gpu_bytes
+    return est, m["weights"], m["gradients"], m["optimizer"]
+
+
+def test_megatron_distributed_optimizer_70b_tp4_pp4_dp32():
+    # N/16 = 4,343,808,512 local params; d = 32: 2 + 4 + 12/32 = 6.375 B/param = 27.69 GB.
+    est, w, g, o = _state("megatron-core", tp=4, pp=4, dp=32, zero_stage=1, sequence_parallel=True)
+    local = N / 16
+    assert (w, g, o) == (pytest.approx(2 * local), pytest.approx(4 * local), pytest.approx(12 / 32 * local))
+    assert w + g + o == pytest.approx(27.69e9, rel=1e-3)
+    assert est.runs_in_framework
+
+
+def test_megatron_ddp_is_18_bytes():
+    # ZeRO-0 (no distributed optimizer): 18 B/param of N/64 (TP8 PP8) = 19.55 GB.
+    _, w, g, o = _state("megatron-core", tp=8, pp=8, dp=8, zero_stage=0, sequence_parallel=True)
+    assert w + g + o == pytest.approx(18 * N / 64)
+
+
+def test_torchtitan_fsdp2_is_16_over_d_plus_two_gathered_layers():
+    # FSDP2 (ZeRO-3), TP8, d = 64: FP32 param 4 + FP32 grad 4 + Adam 8 = 16/64 B/param of
+    # N/8, = 2.17 GB; two BF16 layers in flight: 2 x 855,654,400 / 8 x 2 B = 0.428 GB.
+    est, w, g, o = _state("torchtitan", tp=8, dp=64, zero_stage=3, sequence_parallel=True)
+    assert w + g + o == pytest.approx(16 / 64 * N / 8)
+    ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
+                       load_training("seed-300b").model_copy(update={"framework": "torchtitan"}))
+    no_gather = comm_buffer_bytes(ctx, tp=8, cp=1, dp=64, pp=1, sp=True, zero=2, micro_batch=1)
+    with_gather = comm_buffer_bytes(ctx, tp=8, cp=1, dp=64, pp=1, sp=True, zero=3, micro_batch=1)
+    assert with_gather - no_gather == pytest.approx(2 * 855_654_400 / 8 * 2)
+
+
+def test_torchtitan_fsdp_under_pipelining_keeps_stage_grads_whole():
+    # PP: unsharded BF16 params (2) + FP32 accumulated grads (4) whole, FP32 param + Adam
+    # (12) sharded over d = 16: 6.75 B/param of N/32.
+    _, w, g, o = _state("torchtitan", tp=8, pp=4, dp=16, zero_stage=1, sequence_parallel=True)
+    assert (w, g, o) == (pytest.approx((2 + 4 / 16) * N / 32), pytest.approx(4 * N / 32),
+                         pytest.approx(8 / 16 * N / 32))
+
+
+def test_deepspeed_zero1_and_pipeline_bf16_optimizer():
+    # ZeRO-1 without PP: 2 + 2 + 16/d; d = 64 over N/8: 4.25 B/param.
+    _, w, g, o = _state("deepspeed", tp=8, dp=64, zero_stage=1)
+    assert w + g + o == pytest.approx(4.25 * N / 8)
+    # Pipeline engine, stage 0 (BF16_Optimizer): 2 + 2 + 12/d; d = 8 over N/64: 5.5 B/param.
+    _, w, g, o = _state("deepspeed", tp=8, pp=8, dp=8, zero_stage=0)
+    assert w + g + o == pytest.approx(5.5 * N / 64)
+
+
+def test_estimate_of_a_layout_megatron_cannot_run_says_why_and_where():
+    # The seed's old best: TP4 PP2 VPP8 DP64 ZeRO-2. Megatron-Core has no ZeRO-2 with PP.
+    est, *_ = _state("megatron-core", tp=4, pp=2, vpp=8, dp=64, zero_stage=2, sequence_parallel=True)
+    assert not est.runs_in_framework
+    (v,) = est.framework_violations
+    assert v["rule"] == "zero_stage" and "ZeRO-2" in v["reason"]
+    assert {s["repository"] for s in v["sources"]} == {"NVIDIA/Megatron-LM"}
+    assert any(n.startswith("NOT RUNNABLE in megatron-core") for n in est.notes)
+    d = est.as_dict()
+    assert d["runs_in_framework"] is False and d["framework"] == "megatron-core"
