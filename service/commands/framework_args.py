@@ -4,7 +4,8 @@ options that were HTTP-only (--zero-stages, --recompute, --max-vpp, --max-cp,
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from typing import Any, get_args
+from collections.abc import Callable
 
 from solver.frameworks import FRAMEWORK_NAMES
 from solver.search.options import SearchOptions
@@ -69,7 +70,7 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cp", type=_bounded_int("max_cp"), help="largest context-parallel degree")
     p.add_argument("--max-micro-batch", type=_bounded_int("max_micro_batch"),
                    help="largest micro-batch, sequences")
-    p.add_argument("--orders", type=_comma_list(str, RankOrder.__args__, "rank orders"),
+    p.add_argument("--orders", type=_comma_list(str, get_args(RankOrder), "rank orders"),
                    help="rank orders (placements) to search, e.g. tp-cp-dp-pp,tp-cp-pp-dp")
 
 

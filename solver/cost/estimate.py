@@ -125,7 +125,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
     cap = ctx.cluster.gpu.memory_bytes
     margin = MemoryMargin(cap, usable, ctx.options.memory_margin_fraction,
                           usable - mem["total"], (usable - mem["total"]) / cap)
-    notes = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
+    notes: tuple[str, ...] = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
         f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
     broken = framework_violations(ctx.training, layout, m)
     notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
