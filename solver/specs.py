@@ -76,7 +76,11 @@ class TrainingSpec(StrictModel):
         default=None, gt=0, le=1e16, description="Training tokens for the whole run (T).")
     seq_len: int = Field(ge=1, le=100_000_000, description="Sequence length (S).")
     global_batch_tokens: int = Field(ge=1, le=10**12, description="Target tokens per optimizer step.")
-    precision: PrecisionRecipe = Field(default_factory=PrecisionRecipe, description="Precision recipe.")
+    precision: PrecisionRecipe = Field(
+        default_factory=PrecisionRecipe,
+        description="Bytes per parameter of each state: the plan's capacity section (default: the "
+                    "seed's 2 + 2 + 8). Stated explicitly, it also replaces the byte sizes of the "
+                    "framework's per-layout recipe (solver.cost.state.with_precision).")
     assumed_mfu: float = Field(default=0.5, gt=0, le=1, description="MFU assumed for the capacity plan.")
     price_per_gpu_hour: float | None = Field(
         default=None, ge=0, le=1e6, description="Optional price per GPU-hour for cost estimates.")

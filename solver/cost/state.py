@@ -9,7 +9,8 @@ each recipe cited to the framework source): a part of each state kept whole on e
 plus a part sharded over the DP x CP group (d ranks). E.g. Megatron-Core BF16 with the
 distributed optimizer (ZeRO-1): 2 (BF16 weights) + 4 (FP32 main grads, full size) +
 12/d (FP32 main params + two FP32 Adam moments) = 6 + 12/d bytes per parameter (Megatron-LM
-docs/user-guide/features/dist_optimizer.md).
+docs/user-guide/features/dist_optimizer.md). A training spec that states `precision`
+explicitly keeps the framework's sharding but its own bytes (with_precision).
 """
 from __future__ import annotations
 
@@ -22,10 +23,34 @@ BF16_BYTES = 2  # unsharded compute copies gathered by ZeRO-3 / FSDP are BF16 in
 
 def state_recipe(training: TrainingSpec, zero: int, pp: int) -> StateRecipe:
     """The framework's recipe for a ZeRO stage at this PP; for a stage the framework does
-    not run at this PP (the estimate flags it), its recipe for that stage at any PP."""
+    not run at this PP (the estimate flags it), its recipe for that stage at any PP. When
+    the training spec states `precision` explicitly, its byte sizes replace the recipe's
+    (with_precision)."""
     fw = load_framework(training.framework)
     exact = fw.recipe(zero, pp)
-    return exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
+    r = exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
+    return with_precision(r, training) if "precision" in training.model_fields_set else r
+
+
+def with_precision(r: StateRecipe, training: TrainingSpec) -> StateRecipe:
+    """The recipe with training.precision's bytes per parameter for weights, gradients and
+    optimizer state (moments + FP32 master when kept), each split between its whole and
+    sharded parts in the framework's proportions (which state the framework shards stays
+    the framework's; what the run stores it in is the run's, e.g. Megatron's
+    --grad-reduce-in-bf16 gives 2-byte main gradients)."""
+    p = training.precision
+
+    def split(full: float, sharded: float, total: float) -> tuple[float, float]:
+        have = full + sharded
+        return (total, 0.0) if have == 0 else (full * total / have, sharded * total / have)
+
+    wf, ws = split(r.weights_full_bytes, r.weights_sharded_bytes, p.weight_bytes)
+    gf, gs = split(r.gradients_full_bytes, r.gradients_sharded_bytes, p.grad_bytes)
+    of, os_ = split(r.optimizer_full_bytes, r.optimizer_sharded_bytes, p.optimizer_bytes_per_param)
+    return r.model_copy(update={
+        "mode": f"{r.mode}; bytes from training.precision", "weights_full_bytes": wf,
+        "weights_sharded_bytes": ws, "gradients_full_bytes": gf, "gradients_sharded_bytes": gs,
+        "optimizer_full_bytes": of, "optimizer_sharded_bytes": os_})
 
 
 def framework_state_bytes(training: TrainingSpec, local_params: float, *, pp: int, dp: int, cp: int,
