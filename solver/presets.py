@@ -4,13 +4,11 @@
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
-from topology.catalog import PresetFolder, read_json_arg
+from topology.catalog import PresetFolder, expect_object, read_spec_arg
 from topology.spec import parse_spec
 
 DATA = Path(__file__).parent / "data"
@@ -20,12 +18,9 @@ _PRESETS = PresetFolder(DATA, {"models": "model", "training": "training"})
 preset_names = _PRESETS.names
 
 
-def _resolve(arg: Any, kind: str, field: str) -> Any:
-    if isinstance(arg, str):
-        if arg.endswith(".json") or "/" in arg:
-            return read_json_arg(arg, field)
-        return _PRESETS.load(kind, arg)
-    return arg
+def _resolve(arg: Any, kind: str, field: str) -> dict[str, Any]:
+    data = read_spec_arg(arg, field, _PRESETS, kind) if isinstance(arg, str) else arg
+    return expect_object(data, field)
 
 
 def load_model(arg: str | dict[str, Any] | ModelSpec) -> ModelSpec:
@@ -36,8 +31,6 @@ def load_model(arg: str | dict[str, Any] | ModelSpec) -> ModelSpec:
     if isinstance(arg, ModelSpec):
         return arg
     data = _resolve(arg, "models", "model")
-    if not isinstance(data, dict):
-        raise SpecError("model: expected an object, a preset name or a path to a JSON file")
     from solver.hf_config import is_hf_config, model_from_hf_config
 
     if is_hf_config(data):
@@ -50,23 +43,12 @@ def load_training(arg: str | dict[str, Any] | TrainingSpec) -> TrainingSpec:
     if isinstance(arg, TrainingSpec):
         return arg
     data = _resolve(arg, "training", "training")
-    if not isinstance(data, dict):
-        raise SpecError("training: expected an object, a preset name or a path to a JSON file")
     return parse_spec(TrainingSpec, data, "training")
-
-
-def _inline_json(text: str, field: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        reason = f"inline JSON does not parse ({exc.msg} at column {exc.colno})"
-        raise SpecError(f"{field}: {reason}", [Problem(field, reason)]) from None
 
 
 def load_layout(arg: str | dict[str, Any] | LayoutSpec) -> LayoutSpec:
     """Layout from an inline object, a JSON path, or a JSON string. Raises: SpecError."""
     if isinstance(arg, LayoutSpec):
         return arg
-    if isinstance(arg, str):
-        arg = _inline_json(arg, "layout") if arg.lstrip().startswith("{") else read_json_arg(arg, "layout")
-    return parse_spec(LayoutSpec, arg, "layout")
+    data = read_spec_arg(arg, "layout") if isinstance(arg, str) else arg
+    return parse_spec(LayoutSpec, expect_object(data, "layout", presets=False), "layout")

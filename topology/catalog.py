@@ -60,11 +60,47 @@ def load_gpu(name: str) -> GpuSpec:
 def read_json_arg(arg: str, field: str) -> Any:
     """Read a JSON file named on the command line. Raises: SpecError."""
     try:
-        return json.loads(Path(arg).read_text())
+        return json.loads(Path(arg).read_text(encoding="utf-8"))
     except OSError as exc:
         raise SpecError(f"{field}: cannot read '{arg}': {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{field}: '{arg}' is not UTF-8 text (byte {exc.start}); "
+                        "expected a JSON file") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{field}: '{arg}' is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def inline_json(text: str, field: str) -> Any:
+    """JSON given inline on the command line. Raises: SpecError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        reason = f"inline JSON does not parse ({exc.msg} at column {exc.colno})"
+        raise SpecError(f"{field}: {reason}", [Problem(field, reason)]) from None
+
+
+def read_spec_arg(arg: str, field: str, presets: PresetFolder | None = None, kind: str = "") -> Any:
+    """One command-line spec argument: inline JSON (starts with '{' or '['), a JSON file, or
+    a preset name. A file is an argument that ends in .json, has a '/', or is not a preset
+    name but exists on disk (so a directory is reported as one, not as an unknown preset).
+    Raises: SpecError (UnknownPresetError for a name that is neither)."""
+    if arg.lstrip().startswith(("{", "[")):
+        return inline_json(arg, field)
+    if presets is None or arg.endswith(".json") or "/" in arg or (
+            arg not in presets.names(kind) and Path(arg).exists()):
+        return read_json_arg(arg, field)
+    return presets.load(kind, arg)
+
+
+def expect_object(data: Any, field: str, presets: bool = True) -> dict[str, Any]:
+    """`data` when it is a JSON object. Raises: SpecError naming what was given instead."""
+    if isinstance(data, dict):
+        return data
+    kind = {list: "a JSON list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(data), "a number")
+    other = "a preset name or a path to a JSON file" if presets else "a path to a JSON file"
+    reason = f"expected a JSON object ({{...}}), {other}; got {kind}"
+    raise SpecError(f"{field}: {reason}", [Problem(field, reason)])
 
 
 def cluster_dict(raw: dict[str, Any]) -> dict[str, Any]:
@@ -82,11 +118,5 @@ def load_cluster(arg: str | dict[str, Any] | ClusterSpec) -> ClusterSpec:
     """
     if isinstance(arg, ClusterSpec):
         return arg
-    if isinstance(arg, str):
-        if arg.endswith(".json") or "/" in arg:
-            arg = read_json_arg(arg, "cluster")
-        else:
-            arg = PRESETS.raw("clusters", arg)
-    if not isinstance(arg, dict):
-        raise SpecError("cluster: expected an object, a preset name or a path to a JSON file")
-    return parse_spec(ClusterSpec, cluster_dict(arg), "cluster")
+    data = read_spec_arg(arg, "cluster", PRESETS, "clusters") if isinstance(arg, str) else arg
+    return parse_spec(ClusterSpec, cluster_dict(expect_object(data, "cluster")), "cluster")

@@ -19,7 +19,9 @@ class StrictModel(BaseModel):
 
     Defined here, the one module spec.py imports, and re-exported as topology.spec.StrictModel."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    # allow_inf_nan=False: JSON's NaN/Infinity (Python's json reads them) are refused as
+    # "not a finite number", never compared against a range or stored.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 # JSON arrays become tuples (hashable) while their items stay strictly typed.
 _Tuple = Field(strict=False)

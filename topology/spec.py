@@ -175,4 +175,6 @@ def _reason(err: Mapping[str, Any]) -> str:
         return "unknown field"
     if err.get("type") == "missing":
         return "required field is missing"
+    if err.get("type") == "finite_number":
+        return f"not a finite number (got {err.get('input')}; NaN and Infinity are refused)"
     return msg.removeprefix("Value error, ")

@@ -1,7 +1,7 @@
 """`trainplan validate CASES.jsonl`: the cost model's predictions against measured runs.
 
-Exit codes: 0 when every line was evaluated, 2 when the file cannot be read or any line
-is bad (the good lines are still reported; each bad line gets its own error).
+Exit codes: 0 when every line was evaluated, 2 when the file cannot be read, holds no
+cases, or any line is bad (the good lines are still reported; each bad line gets its own error).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 from service.cli import emit
 from solver.cost.validation import validate_lines
-from solver.errors import SpecError
+from solver.errors import Problem, SpecError
 
 
 def add_parser(subparsers) -> None:
@@ -96,7 +96,12 @@ def render_md(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = validate_lines(_read_lines(args.cases))
+    lines = _read_lines(args.cases)
+    if not any(line.strip() for line in lines):
+        where = "stdin" if args.cases == "-" else f"'{args.cases}'"
+        reason = f"{where} holds no cases (empty or blank lines only); expected one JSON object per line"
+        raise SpecError(f"cases: {reason}", [Problem("cases", reason)])
+    result = validate_lines(lines)
     emit(result, args.format, render_md)
     for e in result["errors"]:
         for reason in e["errors"]:
