@@ -107,7 +107,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="trainplan", version="0.1.0", description=DESCRIPTION,
                   docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.settings = settings
-    app.state.store = PlanStore(settings.database_url)
+    app.state.store = PlanStore(settings.database_url, migrate=settings.migrate_on_start,
+                                retention_s=settings.plan_retention_s)
     app.state.pool = WorkerPool(settings.max_concurrent_solves, settings.queue_wait_s,
                                 settings.worker_max_rss_bytes)
     install_error_handlers(app)

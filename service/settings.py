@@ -28,6 +28,15 @@ class Settings(BaseModel):
         default_factory=default_database_url,
         description="SQLAlchemy URL of the plan store, e.g. sqlite:////data/plans.db or "
                     "postgresql+psycopg://user:pw@host/db.")
+    migrate_on_start: bool = Field(
+        default=True,
+        description="Bring the store's schema to the newest migration at start-up (under a "
+                    "lock). Set false where `trainplan db upgrade` runs as its own step "
+                    "(k8s Job, compose init service).")
+    plan_retention_s: float | None = Field(
+        default=None, gt=0,
+        description="Plans older than this many seconds read as absent and are purged; "
+                    "unset keeps plans forever.")
     api_token: str | None = Field(
         default=None, description="When set, /v1 routes require 'Authorization: Bearer <token>'.")
     max_body_bytes: int = Field(
@@ -48,7 +57,7 @@ class Settings(BaseModel):
     max_solver_workers: int = Field(
         default=2, ge=1, description="Cap on a request's CP-SAT workers (options.workers).")
     max_graph_elements: int = Field(
-        default=200_000, ge=1,
+        default=1_000_000, ge=1,  # a 100,000-GPU flat or fat-tree cluster is ~830,000
         description="Admission: largest cluster graph (vertices + directed links, estimated "
                     "from the spec before building it) a request may describe (422 above).")
     max_table_rows: int = Field(
@@ -56,7 +65,7 @@ class Settings(BaseModel):
         description="Admission: largest search space (product of the per-field layout domains) "
                     "a request may open (422 above).")
     worker_max_rss_bytes: int = Field(
-        default=400_000_000, ge=50_000_000,
+        default=320_000_000, ge=50_000_000,  # a warm worker on the seed: ~175 MB
         description="Memory budget of one solve worker (resident bytes); a worker above it is "
                     "stopped (its request answers 503) and replaced.")
 

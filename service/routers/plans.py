@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from service.report_html import render_report
 from starlette.concurrency import run_in_threadpool
@@ -52,6 +52,14 @@ def _get(store: PlanStore, plan_id: str) -> StoredPlan:
 @router.get("/plans/{plan_id}", responses=_ERRORS, summary="A stored plan")
 def get_plan(plan_id: str = PlanId, store: PlanStore = Depends(app_store)) -> JSONResponse:
     return JSONResponse(_body(_get(store, plan_id)))
+
+
+@router.delete("/plans/{plan_id}", status_code=204, responses=_ERRORS,
+               summary="Delete a stored plan (and its report)")
+def delete_plan(plan_id: str = PlanId, store: PlanStore = Depends(app_store)) -> Response:
+    if not store.delete(plan_id):
+        raise HTTPException(404, f"no plan with id '{plan_id}'")
+    return Response(status_code=204)
 
 
 @router.get("/plans/{plan_id}/report", response_class=HTMLResponse, responses=_ERRORS,

@@ -31,6 +31,24 @@ def test_compose_uses_postgres():
     assert "condition: service_healthy" in text
 
 
+def test_compose_no_default_password_loopback_api_and_migration_step():
+    text = (DEPLOY / "docker-compose.yml").read_text()
+    assert ":-" not in text.replace("${TRAINPLAN_API_TOKEN:-}", "")  # no defaulted secrets
+    assert "${POSTGRES_PASSWORD:?" in text
+    ports = re.findall(r'^\s+- "([^"]+)"', text, re.M)
+    assert ports and all(p.startswith("127.0.0.1:") for p in ports)
+    assert 'command: ["trainplan", "db", "upgrade"]' in text
+    assert "condition: service_completed_successfully" in text
+    assert 'TRAINPLAN_MIGRATE_ON_START: "false"' in text
+
+
+def test_k8s_migration_job_runs_db_upgrade():
+    job = (DEPLOY / "k8s" / "migrate-job.yaml").read_text()
+    assert "kind: Job" in job and 'args: ["trainplan", "db", "upgrade"]' in job
+    config = (DEPLOY / "k8s" / "configmap.yaml").read_text()
+    assert 'TRAINPLAN_MIGRATE_ON_START: "false"' in config
+
+
 def test_k8s_probes_hit_real_routes(client):
     dep = (DEPLOY / "k8s" / "deployment.yaml").read_text()
     paths = re.findall(r"path: (\S+)", dep)
@@ -43,7 +61,7 @@ def test_k8s_probes_hit_real_routes(client):
 def test_k8s_kinds_and_settings_names():
     texts = {p.name: p.read_text() for p in (DEPLOY / "k8s").glob("*.yaml")}
     kinds = {re.search(r"^kind: (\w+)", t, re.M).group(1) for t in texts.values()}
-    assert kinds == {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"}
+    assert kinds == {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "Job"}
     names = set(re.findall(r"\b(TRAINPLAN_[A-Z_]+)", "".join(texts.values())))
     known = {"TRAINPLAN_" + f.upper() for f in Settings.model_fields}
     assert names and names <= known, names - known

@@ -179,7 +179,7 @@ def test_only_probes_and_worker_routes_are_async():
 
     api = [r for m in (estimate, health, layouts, plans, presets) for r in m.router.routes
            if isinstance(r, APIRoute)]
-    assert len(api) == 8
+    assert len(api) == 9
     assert {(next(iter(r.methods)), r.path) for r in api if inspect.iscoroutinefunction(r.endpoint)} == {
         ("GET", "/healthz"), ("GET", "/readyz"), ("POST", "/v1/layouts"), ("POST", "/v1/plans"),
         ("POST", "/v1/estimate")}

@@ -33,3 +33,80 @@ def test_store_round_trip_keeps_request(tmp_path):
     assert len(plan_id) == 32 and store.get("f" * 32) is None
     assert store.ping()
     store.close()
+
+
+def test_delete_plan_route(client):
+    created = client.post("/v1/plans", json={**SEED, "options": {"top_k": 1}})
+    plan_id = created.json()["id"]
+    assert client.delete(f"/v1/plans/{plan_id}").status_code == 204
+    assert client.get(f"/v1/plans/{plan_id}").status_code == 404
+    assert client.delete(f"/v1/plans/{plan_id}").status_code == 404
+
+
+def test_retention_hides_and_purges_old_plans(tmp_path):
+    import time
+
+    from sqlalchemy import func, select
+
+    from service.store import plans_table
+
+    store = PlanStore(f"sqlite:///{tmp_path / 'p.db'}", retention_s=0.2)
+    old = store.save({}, {}, {})
+    assert store.get(old.id) == old
+    time.sleep(0.3)
+    assert store.get(old.id) is None  # expired: reads as absent at once
+    store._last_purge = 0.0
+    new = store.save({}, {}, {})  # the save purges what expired
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(plans_table)).scalar() == 1
+    assert store.get(new.id) == new
+    store.close()
+
+
+def test_migrations_adopt_a_pre_migration_store(tmp_path):
+    """A store made by the old metadata.create_all keeps its plans through the upgrade."""
+    from sqlalchemy import create_engine
+
+    from service import migrate
+    from service.store import metadata
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    metadata.create_all(engine)
+    engine.dispose()
+    old = PlanStore(url, migrate=False)
+    assert old.state() == "schema_outdated"
+    store = PlanStore(url)  # migrates
+    saved = store.save({"a": 1}, {}, {})
+    assert migrate.current(store.engine) == migrate.head()
+    assert PlanStore(url, migrate=False).get(saved.id) == saved
+
+
+def test_read_only_store_is_reported_and_refuses_before_solving(tmp_path, make_client):
+    """A read-only database: /readyz 503 'read_only'; POST /v1/plans 503 store_unavailable
+    with Retry-After at once (the store is checked before the solve); reads still work."""
+    import time
+
+    path = tmp_path / "ro.db"
+    first = make_client(database_url=f"sqlite:///{path}")
+    plan_id = first.post("/v1/plans", json={**SEED, "options": {"top_k": 1}}).json()["id"]
+    ro = make_client(database_url=f"sqlite:///file:{path}?mode=ro&uri=true")
+    ready = ro.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["store"] == "read_only"
+    t0 = time.monotonic()
+    r = ro.post("/v1/plans", json=SEED)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "store_unavailable", r.text
+    assert r.headers["retry-after"] == "5" and time.monotonic() - t0 < 1.0
+    assert ro.get(f"/v1/plans/{plan_id}").status_code == 200
+
+
+def test_db_upgrade_command(tmp_path, capsys):
+    from service.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["db", "current", "--url", url]) == 0
+    assert "revision none" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--url", url]) == 0
+    assert "revision 0002" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--url", "postgresql+psycopg://u:p@127.0.0.1:1/x"]) == 2
+    assert capsys.readouterr().err.startswith("error: database: ")

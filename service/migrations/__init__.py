@@ -1,0 +1,1 @@
+"""Alembic migrations of the plan store (`trainplan db upgrade`; service.store.upgrade)."""
