@@ -32,16 +32,21 @@ Model, cluster and training take a preset name or an inline object. Errors are J
 """
 
 
+BODY_METHODS = (b"POST", b"PUT", b"PATCH")
+
+
 class BodySizeLimit:
-    """ASGI middleware: 413 (JSON error) for request bodies above `max_bytes`.
+    """ASGI middleware on every request body: 413 above `max_bytes`, 415 unless a /v1 body
+    is JSON, 408 when the client sends it slower than `read_timeout_s` per chunk (all JSON).
 
     The body is read up to the limit before the app sees it, so a missing or lying
     Content-Length cannot get a larger body through.
     """
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, read_timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -49,13 +54,24 @@ class BodySizeLimit:
             return
         # The request's deadline (service.routers.dispatch) counts from here.
         scope.setdefault("state", {})["arrived_s"] = time.monotonic()
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
+            await self._reject(send, 413, "too_large", f"request body over {self.max_bytes} bytes")
+            return
+        if not _json_or_bodiless(scope, headers):
+            await self._reject(send, 415, "unsupported_media_type",
+                               "the request body must be JSON (Content-Type: application/json)",
+                               "content-type")
             return
         chunks, size, more = [], 0, True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            except TimeoutError:
+                await self._reject(send, 408, "timeout", f"request body not received within "
+                                   f"{self.read_timeout_s} s")
+                return
             if message["type"] != "http.request":
                 await self.app(scope, _replay([], message, receive), send)
                 return
@@ -63,18 +79,28 @@ class BodySizeLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                await self._reject(send)
+                await self._reject(send, 413, "too_large",
+                                   f"request body over {self.max_bytes} bytes")
                 return
         await self.app(scope, _replay(chunks, None, receive), send)
 
-    async def _reject(self, send) -> None:
-        body = json.dumps({"error": {"status": 413, "type": "too_large",
-                                     "message": f"request body over {self.max_bytes} bytes",
-                                     "problems": [{"field": "body", "reason": "too large"}]}}).encode()
-        await send({"type": "http.response.start", "status": 413,
+    @staticmethod
+    async def _reject(send, status: int, kind: str, message: str, field: str = "body") -> None:
+        reason = "too large" if status == 413 else message
+        body = json.dumps({"error": {"status": status, "type": kind, "message": message,
+                                     "problems": [{"field": field, "reason": reason}]}}).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _json_or_bodiless(scope, headers: dict) -> bool:
+    """True unless this is a /v1 POST/PUT/PATCH whose Content-Type is not JSON."""
+    if scope.get("method", "").encode() not in BODY_METHODS or not scope["path"].startswith("/v1/"):
+        return True
+    kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    return kind == b"application/json" or kind.endswith(b"+json")
 
 
 def _replay(chunks: list[bytes], pending: dict | None, receive):
@@ -114,5 +140,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (health, presets, plans, layouts, estimate):
         app.include_router(module.router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
+                       read_timeout_s=settings.body_read_timeout_s)
     return app

@@ -41,6 +41,9 @@ class Settings(BaseModel):
         default=None, description="When set, /v1 routes require 'Authorization: Bearer <token>'.")
     max_body_bytes: int = Field(
         default=1_000_000, ge=1_024, description="Largest request body accepted (413 above).")
+    body_read_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest wait for the next piece of a request body "
+                                        "(408 after it).")
     default_time_limit_s: float = Field(
         default=2.0, gt=0, description="Solver time limit when a request does not set one.")
     max_time_limit_s: float = Field(

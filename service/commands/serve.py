@@ -16,14 +16,41 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     import uvicorn
+    from pydantic import ValidationError
 
     from service.app import create_app
+    from service.settings import Settings
 
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level=args.log_level,
-                proxy_headers=True)
+    try:
+        settings = Settings.from_env()
+    except ValidationError as exc:  # one line per bad setting, naming its variable
+        for line in setting_errors(exc):
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    if settings.api_token is None and args.host not in LOOPBACK:
+        print(f"warning: serving on {args.host} without TRAINPLAN_API_TOKEN: anyone who can "
+              "reach this port can plan and read plans", file=sys.stderr)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+                proxy_headers=True, timeout_keep_alive=5)
     return 0
+
+
+def setting_errors(exc) -> list[str]:
+    """'TRAINPLAN_<NAME>: <reason>' for each error of a Settings validation."""
+    from service.settings import ENV_PREFIX
+
+    out = []
+    for err in exc.errors():
+        name = ENV_PREFIX + "_".join(str(p) for p in err.get("loc", ()) if p).upper()
+        out.append(f"{name}: {err.get('msg', 'invalid')}")
+    return out
 
 
 def _port(text: str) -> int:

@@ -17,13 +17,16 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
 
     time_limit_s defaults to settings.default_time_limit_s and is capped at
     settings.max_time_limit_s, workers at settings.max_solver_workers (the response's
-    `limits` says so); top_k above settings.max_top_k is a 422. Raises: SpecError.
+    `limits` says so); an unset top_k defaults to at most settings.max_top_k, an asked one
+    above it is a 422. Raises: SpecError.
     """
     from solver.search.options import SearchOptions
     from topology.spec import parse_spec
 
     raw = dict(raw or {})
     opts = parse_spec(SearchOptions, json.dumps(raw), "options")
+    if "top_k" not in raw and opts.top_k > settings.max_top_k:  # the default obeys the cap
+        opts = opts.model_copy(update={"top_k": settings.max_top_k})
     if opts.top_k > settings.max_top_k:
         raise SpecError("options.top_k too large",
                         [Problem("options.top_k", f"at most {settings.max_top_k} on this server")])

@@ -255,3 +255,14 @@ def test_openapi_documents_the_error_body(client):
     post = spec["paths"]["/v1/layouts"]["post"]["responses"]
     assert post["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
     assert {"401", "413", "503"} <= set(post)
+
+
+def test_small_max_top_k_keeps_default_requests_working(make_client):
+    """TRAINPLAN_MAX_TOP_K 3 (below SearchOptions' default top_k 10): a request without
+    top_k gets 3 layouts; one asking for 5 is a 422 naming options.top_k."""
+    client = make_client(max_top_k=3)
+    r = client.post("/v1/layouts", json=SEED)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["layouts"]) == 3
+    asked = client.post("/v1/layouts", json={**SEED, "options": {"top_k": 5}})
+    assert asked.status_code == 422 and "options.top_k" in problems(asked)
