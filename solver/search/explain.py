@@ -129,6 +129,25 @@ def _family_text(model, cluster, training, core: list[str], options: SearchOptio
     return "; ".join(text[f] for f in core)
 
 
+def memory_question_options(options: SearchOptions) -> SearchOptions:
+    """The options of a memory-only question (does anything fit; the lightest layout; the
+    fewest GPUs that fit), narrowed without changing its answer:
+    - vpp = 1: interleaving holds min(p, m) (1 + (p-1)/(p v)) >= min(p, m) stage activations
+      on the first rank (memory.in_flight_microbatches; with a split every rank's bound), on
+      the same L/p layers (vpp > 1 needs pp x vpp | L), and no other memory term reads vpp;
+      vpp = 1 is valid wherever vpp > 1 is (rules.pipeline_ok, interleave_batch_ok).
+    - micro_batch = 1 when the batch is exact: then dp x mb x m = B/s gives dp x 1 x (mb m)
+      too, and every memory term is nondecreasing in mb at fixed mb x m: activations hold
+      mb x min(p, m) = min(mb p, mb m) >= min(p, mb m) sequences, and the logits, SP/PP
+      buffers and full recompute's extra layer grow with mb. (With a batch tolerance the
+      rounded accumulations break the identity, so the micro-batches stay.)
+    tests/search/test_space_defaults.py checks both against the unnarrowed space."""
+    update: dict[str, Any] = {"max_vpp": 1}
+    if options.batch_tolerance == 0:
+        update["max_micro_batch"] = 1
+    return options.model_copy(update=update)
+
+
 def lightest_layout(model, cluster, training, options, cost_options=None,
                     deadline: float | None = None) -> dict[str, Any] | None:
     """The layout with the least per-GPU memory (memory limit dropped), re-evaluated.
@@ -142,6 +161,7 @@ def lightest_layout(model, cluster, training, options, cost_options=None,
     from solver.search.model import SearchModel, coefficients
     from solver.search.terms import term_rows
 
+    options = memory_question_options(options)
     rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False,
                      deadline=deadline)
     if not rows.pipe_keys:
@@ -174,6 +194,7 @@ def fitting_layout(model, cluster, training, options: SearchOptions, cost_option
     from solver.search.model import Coefficients, SearchModel, useful_rows
     from solver.search.terms import term_rows
 
+    options = memory_question_options(options)
     rows = term_rows(LayoutModel(model, cluster, training, options), cost_options, with_time=False,
                      deadline=deadline)
     if not rows.pipe_keys:

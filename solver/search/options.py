@@ -64,8 +64,16 @@ class SearchOptions(StrictModel):
     recompute: tuple[RecomputeLevel, ...] = Field(
         default=("none", "selective", "full"), min_length=1, strict=False,
         description="Activation-recompute levels the search may use.")
-    max_micro_batch: int = Field(default=8, ge=1, le=1024, description="Largest micro-batch, sequences.")
-    max_vpp: int = Field(default=8, ge=1, le=64, description="Largest interleaving (virtual stages per rank).")
+    max_micro_batch: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Largest micro-batch, sequences. Default (null): every micro-batch the batch rule "
+                    "admits (dp x micro_batch x accumulation = the global batch), as Megatron-LM and "
+                    "torchtitan accept any micro-batch that divides a replica's sequences.")
+    max_vpp: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Largest interleaving (virtual stages per pipeline rank). Default (null): every "
+                    "count the pipeline rule admits (pp x vpp chunks of >= 1 layer that divide the "
+                    "layers); NVIDIA's GPT-3 175B and Nemotron-4 340B recipes use 12.")
     max_cp: int = Field(default=16, ge=1, le=1024, description="Largest context-parallel degree.")
 
     @model_validator(mode="after")

@@ -105,6 +105,14 @@ def accumulation(training: TrainingSpec, dp: int, micro_batch: int) -> int:
     return batch_plan(training, dp, micro_batch).grad_accum
 
 
+def micro_batch_limit(training: TrainingSpec, options: SearchOptions, dp: int) -> int:
+    """Largest micro-batch batch_ok can accept with `dp` replicas (at least 1): one pass of
+    dp x micro_batch sequences may not exceed the target batch plus its tolerance, since the
+    accumulation is at least 1."""
+    top = training.global_batch_tokens * (1 + options.batch_tolerance)
+    return max(1, int(top // (dp * training.seq_len)))
+
+
 def batch_ok(training: TrainingSpec, options: SearchOptions, dp: int, micro_batch: int) -> bool:
     """Tokens per step hit the target exactly, or within the relative batch tolerance."""
     tokens = batch_plan(training, dp, micro_batch).tokens_per_step

@@ -51,10 +51,24 @@ def _dp_values(cluster: ClusterSpec, training: TrainingSpec, options: SearchOpti
     """DP degrees for which some micro-batch meets the batch rule (all degrees when raw)."""
     if raw:
         return _degree_values(cluster, options, rules.gpu_target(cluster, options))
-    seqs_max = int(training.global_batch_tokens * (1 + options.batch_tolerance)) // training.seq_len
-    cands = _degree_values(cluster, options, max(1, seqs_max))
-    mbs = range(1, options.max_micro_batch + 1)
-    return [d for d in cands if any(rules.batch_ok(training, options, d, m) for m in mbs)]
+    cands = _degree_values(cluster, options, rules.micro_batch_limit(training, options, 1))
+    return [d for d in cands if micro_batches(training, options, d)]
+
+
+def micro_batches(training: TrainingSpec, options: SearchOptions, dp: int) -> list[int]:
+    """Micro-batches (ascending) that meet the batch rule with `dp` replicas: every one up to
+    options.max_micro_batch, or, by default, every one the batch rule admits."""
+    top = rules.micro_batch_limit(training, options, dp)
+    if options.max_micro_batch is not None:
+        top = min(top, options.max_micro_batch)
+    return [m for m in range(1, top + 1) if rules.batch_ok(training, options, dp, m)]
+
+
+def vpp_limit(model: ModelSpec, options: SearchOptions) -> int:
+    """Largest virtual-stage count to consider: options.max_vpp, or by default L // 2 (vpp > 1
+    needs pp >= 2 and pp x vpp chunks of >= 1 layer, rules.pipeline_ok), so no count the
+    pipeline rule admits is left out."""
+    return options.max_vpp if options.max_vpp is not None else max(1, model.layers // 2)
 
 
 def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -70,15 +84,20 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
            if raw or (rules.tensor_ok(model, cluster, options, t)
                       and any(rules.framework_tensor_ok(training, t, s) for s in (False, True)))]
     pps = _degree_values(cluster, options, g if raw else model.layers)
-    vpps = [v for v in range(1, options.max_vpp + 1)
+    vpps = [v for v in range(1, vpp_limit(model, options) + 1)
             if raw or any(rules.pipeline_ok(model, options, p, v)
                           and rules.framework_pipeline_ok(training, p, v) for p in pps)]
     cps = [c for c in _degree_values(cluster, options, options.max_cp)
            if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c))]
+    dps = _dp_values(cluster, training, options, raw)
+    if raw:
+        mb_top = options.max_micro_batch or rules.micro_batch_limit(training, options, 1)
+        mbs = list(range(1, mb_top + 1))
+    else:
+        mbs = sorted({m for d in dps for m in micro_batches(training, options, d)})
     return Domains(
-        tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps),
-        dp=tuple(_dp_values(cluster, training, options, raw)),
-        micro_batch=tuple(range(1, options.max_micro_batch + 1)),
+        tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps), dp=tuple(dps),
+        micro_batch=tuple(mbs),
         zero_stage=tuple(sorted(options.zero_stages)), recompute=tuple(options.recompute))
 
 
