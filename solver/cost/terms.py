@@ -113,20 +113,33 @@ def layer_cp_comm_s(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute,
                     micro_batch: int) -> float:
     """Exposed context-parallel ring time of one layer for one micro-batch, seconds.
 
-    Ring attention (Liu et al. 2023; Megatron/TE context parallelism): each of cp-1 steps
-    passes this rank's K and V block (micro_batch x seq/cp x K dh/tp, BF16) to the next
-    rank while attention runs on the current block. Backward passes K, V and their
-    gradients (2x). Exposed = communication beyond the attention compute it overlaps.
+    Ring attention with causal load balancing (Liu et al. 2023, "Ring Attention with
+    Blockwise Transformers", arXiv:2310.01889; Megatron-LM's default `--cp-comm-type p2p`
+    (NVIDIA/Megatron-LM d98e8a6, megatron/training/arguments.py; "P2P is async and can be
+    overlapped with attention compute", core/transformer/transformer_config.py) runs
+    Transformer Engine's AttnFuncWithCPAndKVP2P, NVIDIA/TransformerEngine d0067d0,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): the
+    sequence is cut into 2 x cp chunks and rank r holds chunks r and 2cp-1-r, so each of the
+    cp ring steps computes two chunk x chunk tiles, 1/cp of the rank's causal attention
+    (step 0 the diagonal, then lower- or upper-triangle halves). A step's send runs on its
+    own stream under that step's compute and must land before the next step starts, so each
+    send is exposed by max(0, send - step compute):
+    - forward: cp - 1 sends of this rank's K and V block (micro_batch x seq/cp x K dh/tp, BF16);
+    - backward: step 0 sends K/V, steps 1..cp-2 send K/V with the travelling dK/dV (one
+      buffer twice the size, same dtype), step cp-1 sends dK/dV; each under one step's
+      attention backward;
+    - selective or full recompute runs the forward ring again.
     """
     if cp == 1:
         return 0.0
     lk = link(ctx, "cp", tp=tp, cp=cp)
     sh = C.layer_shape(ctx.model, ctx.seq_len, tp, cp, micro_batch)
-    step_bytes = 2 * C.ACT_BYTES * sh.tokens * sh.kv_width
-    fwd = (cp - 1) * p2p_s(step_bytes, lk)
+    kv = p2p_s(2 * C.ACT_BYTES * sh.tokens * sh.kv_width, lk)   # K and V of the local tokens
+    kv_dkv = p2p_s(4 * C.ACT_BYTES * sh.tokens * sh.kv_width, lk)  # with dK and dV
     lt = _layer(ctx, tp, cp, False, micro_batch)
-    exposed_fwd = max(0.0, fwd - lt.attn_fwd_s)
-    exposed_bwd = max(0.0, 2 * fwd - lt.attn_bwd_s)
+    fwd_step, bwd_step = lt.attn_fwd_s / cp, lt.attn_bwd_s / cp
+    exposed_fwd = (cp - 1) * max(0.0, kv - fwd_step)
+    exposed_bwd = 2 * max(0.0, kv - bwd_step) + (cp - 2) * max(0.0, kv_dkv - bwd_step)
     return exposed_fwd + exposed_bwd + (exposed_fwd if recompute != "none" else 0.0)
 
 
@@ -173,12 +186,30 @@ def embedding_s(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> floa
 
 
 def _dp_link(ctx: CostContext, tp: int, cp: int, dp: int, pp: int) -> GroupLink:
-    """Gradient-reduction group: DP x CP ranks (CP ranks hold the same weights; Megatron).
-    PP places the DP groups too when the rank order puts PP before DP."""
-    lk = link(ctx, "dp", tp=tp, cp=cp, dp=dp, pp=pp)
-    if cp > 1:
-        lk = dataclasses.replace(lk, size=dp * cp)
-    return lk
+    """Gradient-reduction group: the DP x CP ranks (CP ranks hold the same weights; Megatron-
+    Core reduces gradients over the data-parallel group with context parallelism, the 'dp_cp'
+    group: get_data_parallel_group(with_context_parallel=True), NVIDIA/Megatron-LM d98e8a6,
+    megatron/core/process_groups_config.py, core/distributed/finalize_model_grads.py).
+
+    Its own routed link, not the DP group's: with cp = 1 the DP group; with dp = 1 the CP
+    group; when CP and DP are neighbours in the rank order (tp-cp-dp-pp, or pp = 1) the
+    DP x CP ranks are one arithmetic progression, i.e. the DP group of the same placement
+    with the two degrees merged (topology.groups.group_links(tp, 1, cp x dp, pp)); otherwise
+    (tp-cp-pp-dp with pp > 1) a ring over both sets of hops: the slower bandwidth and latency
+    of the CP and DP groups, on dp x cp ranks.
+    """
+    if cp == 1:
+        return link(ctx, "dp", tp=tp, cp=cp, dp=dp, pp=pp)
+    if dp == 1:
+        return link(ctx, "cp", tp=tp, cp=cp, dp=dp, pp=pp)
+    if pp == 1 or ctx.rank_order.startswith("tp-cp-dp"):
+        return link(ctx, "dp", tp=tp, cp=1, dp=cp * dp, pp=pp)
+    lc, ld = link(ctx, "cp", tp=tp, cp=cp, dp=dp, pp=pp), link(ctx, "dp", tp=tp, cp=cp, dp=dp, pp=pp)
+    return dataclasses.replace(
+        ld, size=dp * cp, bandwidth_gb_s=min(lc.bandwidth_gb_s, ld.bandwidth_gb_s),
+        latency_s=max(lc.latency_s, ld.latency_s), crosses_nodes=lc.crosses_nodes or ld.crosses_nodes,
+        ranks_per_node=1, intra_bandwidth_gb_s=None, intra_latency_s=None,
+        inter_bandwidth_gb_s=None, inter_latency_s=None)
 
 
 def dp_bucket_elements(options, dp: int) -> int:
