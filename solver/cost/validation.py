@@ -68,8 +68,10 @@ def predicted_peak_memory_bytes(memory: dict[str, float], kind: str) -> float:
 
 # Training fields that describe the software rather than the run's shape: when a case leaves
 # them out the default is scored, and the report says so (a pre-2023 Megatron run scored as
-# FlashAttention is predicted 10-30% too fast; tests/cost/test_calibration_files.py).
-SOFTWARE_FIELDS = ("attention_kernel", "precision")
+# FlashAttention is predicted 10-30% too fast; tests/cost/test_calibration_files.py). The
+# framework sets the per-layout memory recipe (solver/cost/state.py), so it is named here
+# rather than training.precision, which per-layout memory no longer reads.
+SOFTWARE_FIELDS = ("attention_kernel", "framework")
 
 
 def _defaulted(case: dict[str, Any], training: Any) -> list[str]:

@@ -126,3 +126,16 @@ def test_validate_rejects_a_peak_without_its_kind(tmp_path, capsys):
     assert "line 2: measured.peak_memory_kind: expected one of" in err and "got 'GiB'" in err
     assert "line 3: measured.peak_memory_kind: given without measured.peak_memory_bytes" in err
     assert "line 4: measured.peak_memory_bytes: expected a positive number" in err
+
+
+def test_megatron_core_runs_meet_the_memory_target():
+    # The target, median |memory error| <= 8%, on the runs of the framework whose
+    # recipe the model implements (Megatron-Core: 6 + 12/d bytes/param with the distributed
+    # optimizer). The four functional-test runs come out at -2.6/-2.3/-10.5/-12.1%, median
+    # 6.5%; under the seed's 12-byte recipe they were at -13.7/-13.4/-22.3/-23.7% (median 18%).
+    # The whole set does not meet it (torchtitan; README "Measured peak memory per GPU").
+    lines = [t for t in MEMORY_RUNS.read_text().splitlines()
+             if t.strip() and framework(json.loads(t)) == "megatron-core"]
+    memory = validate_lines(lines)["summary"]["memory"]
+    assert memory["measured_cases"] == 4
+    assert memory["median_abs_error"] <= 0.08
