@@ -70,7 +70,7 @@ def predicted_peak_memory_bytes(memory: dict[str, float], kind: str) -> float:
 # them out the default is scored, and the report says so (a pre-2023 Megatron run scored as
 # FlashAttention is predicted 10-30% too fast; tests/cost/test_calibration_files.py). The
 # framework sets the per-layout memory recipe (solver/cost/state.py), so it is named here
-# rather than training.precision, which per-layout memory no longer reads.
+# rather than training.precision: left out, precision leaves the framework's recipe as is.
 SOFTWARE_FIELDS = ("attention_kernel", "framework")
 
 
