@@ -105,9 +105,13 @@ def _ranked(plan: dict[str, Any]) -> list[str]:
         return []
     out = ["", "### Ranked layouts (cost model, CP-SAT search)", "",
            f"Status **{s.get('status', '?')}** in {s.get('seconds', 0):.2f} s; best first."]
+    if s.get("tied_layouts", 0) > 1:
+        out += ["", f"Ranks 1-{s['tied_layouts']} are tied (within {s['tie_resolution']:.0%} of the "
+                    f"fastest step time, the cost model's resolution): simplest first."]
     rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
-             _gb(d["memory_per_gpu_bytes"]["total"])] for i, d in enumerate(lays, 1)]
-    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU"], rows)
+             _gb(d["memory_per_gpu_bytes"]["total"]), "tied" if d.get("tied_with_best") else ""]
+            for i, d in enumerate(lays, 1)]
+    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU", "tied"], rows)
     p = plan["prediction"]
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
     mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")

@@ -63,6 +63,18 @@ def run(args: argparse.Namespace) -> int:
 COLUMNS = ("rank", *LAYOUT_FIELDS, "grad_accum", "framework")
 
 
+def tie_sentence(search: dict[str, Any]) -> str | None:
+    """Words for the tied layouts of a search summary (solver.search.ties), or None."""
+    n = search.get("tied_layouts", 0)
+    if n < 2:
+        return None
+    return (f"Ranks 1-{n} are tied: predicted within {search['tie_resolution']:.0%} of the fastest "
+            f"layout's {'step time' if search['objective'] == 'step_time' else 'objective'} (the cost "
+            f"model's resolution, about its median error on published runs), so they are ranked "
+            f"simplest first: lower CP, ZeRO stage, virtual stages, micro-batch, fewer parallel "
+            f"dimensions.")
+
+
 def render_search(result: dict[str, Any]) -> str:
     """Markdown: the search status line and one table row per layout."""
     s = result["search"]
@@ -71,8 +83,12 @@ def render_search(result: dict[str, Any]) -> str:
              f"{s['evaluated']} layouts re-evaluated by the cost model; gap {s['gap']:.2%}).", ""]
     if s.get("fallback"):
         lines += [f"Note: {s['fallback']}.", ""]
-    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "mfu", "memory_GB"]
+    tie = tie_sentence(s)
+    if tie:
+        lines += [tie, ""]
+    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "mfu", "memory_GB", "tied"]
     rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
             + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
-               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"] for r in result["layouts"]]
+               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}", "tied" if r.get("tied_with_best") else ""]
+            for r in result["layouts"]]
     return "\n".join(lines + md_table(head, rows))

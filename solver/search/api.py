@@ -11,7 +11,8 @@ from solver.search.driver import Evaluator, optimize, ranked_window
 from solver.search.exhaustive import evaluator
 from solver.search.model import TermRows, coefficients
 from solver.search.options import SearchOptions
-from solver.search.result import RankedLayout, SearchResult, merge_ranked, relative_gap
+from solver.search.result import RankedLayout, SearchResult, assign_ranks, merge_ranked, relative_gap
+from solver.search.ties import TIE_RESOLUTION
 from solver.search.rules import accumulation, pipeline_split
 from solver.search.scaling import TIME_UNIT_S
 from solver.specs import ModelSpec, TrainingSpec
@@ -108,7 +109,8 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
         first, layouts=layouts, status=status,
         seconds=time.perf_counter() - t0, bound_units=bound, gap=gap,
         solves=sum(r.solves for r in results), evaluated=sum(r.evaluated for r in results),
-        notes=notes, phases={o: r.phases for o, r in zip(searched, results, strict=True)})
+        notes=notes, phases={o: r.phases for o, r in zip(searched, results, strict=True)},
+        candidates=[c for r in results for c in (r.candidates or r.layouts)])
 
 
 def _search(model, cluster, training, options: SearchOptions, rows_builder: RowsBuilder,
@@ -151,18 +153,19 @@ def _raise_infeasible(model, cluster, training, options, cost_options, explain: 
 
 def _result(training, options: SearchOptions, win, best, coef, seconds: float, phases,
             layers: int) -> SearchResult:
-    top = win.good[: options.top_k]
+    fastest = win.good[0]  # win.good is in objective order
     proven = best.status == "OPTIMAL" and win.complete
-    best_exact = coef.exact(top[0].layout, top[0].estimate.step_time_s)
+    best_exact = coef.exact(fastest.layout, fastest.estimate.step_time_s)
     bound = best_exact if proven else (best.bound - coef.error_units)
     gap = relative_gap(best_exact, bound)
-    layouts = [RankedLayout(i + 1, e.layout, e.estimate, e.objective_units,
-                            accumulation(training, e.layout.dp, e.layout.micro_batch),
-                            _split(layers, e.layout))
-               for i, e in enumerate(top)]
-    notes = [f"objective in units of {TIME_UNIT_S} s", f"{len(win.seen)} layouts re-evaluated"]
+    cands = [RankedLayout(0, e.layout, e.estimate, e.objective_units,
+                          accumulation(training, e.layout.dp, e.layout.micro_batch), _split(layers, e.layout))
+             for e in win.good]
+    layouts = assign_ranks(cands, options.objective, options.top_k)
+    notes = [f"objective in units of {TIME_UNIT_S} s", f"{len(win.seen)} layouts re-evaluated",
+             f"layouts within {TIE_RESOLUTION:.0%} of the best objective are tied and ranked simplest first"]
     return SearchResult(layouts, "OPTIMAL" if proven else "FEASIBLE", seconds, options.objective,
-                        bound, gap, win.solves + 1, len(win.seen), None, notes, phases)
+                        bound, gap, win.solves + 1, len(win.seen), None, notes, phases, candidates=cands)
 
 
 def _split(layers: int, layout) -> tuple[int, ...]:
@@ -214,9 +217,15 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     """
     from solver.cost.estimate import estimate_layout
 
+    from solver.search.terms import STEP_ERROR_UNITS, term_rows
+
     options = parse_spec(SearchOptions, options or {}, "options")
     est = estimate or estimate_layout(model, cluster, training, layout, cost_options)
-    rows = default_rows(cost_options)(LayoutModel(model, cluster, training, options))
+    lm = LayoutModel(model, cluster, training, options)
+    within_s = None
+    if options.objective == "step_time":  # only groups that can reach the layout's step time
+        within_s = est.step_time_s + (STEP_ERROR_UNITS + 2.0) * TIME_UNIT_S
+    rows = term_rows(lm, cost_options, within_s=within_s)
     coef = coefficients(rows, options, training)
     mine = coef.exact(layout, est.step_time_s)
     err = coef.error_units + 1.0
@@ -228,6 +237,9 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
                 fitting += 1
                 below += v < mine - err
                 near += mine - err <= v <= mine + err
+    if within_s is not None:  # the fitting count over every group, from the memory-only tables
+        fitting = sum(len(fit[j]) for _p, shards, fit in term_rows(lm, cost_options, with_time=False)
+                      .groups().values() for j in shards)
     if best_step_time_s is None:
         best_step_time_s = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
                                           cost_options=cost_options).layouts[0].estimate.step_time_s

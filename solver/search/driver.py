@@ -9,7 +9,9 @@
    the enumerated layouts is below T - E, no layout outside the window can enter the top K
    or tie with it. Otherwise T grows and the window is enumerated again.
 3. Re-evaluate the enumerated layouts with the cost model (the specification), drop any it
-   rejects (the deadline check is relaxed by E), sort by the exact objective.
+   rejects (the deadline check is relaxed by E), sort by the exact objective. The window
+   also covers every layout tied with the best (solver.search.ties: up to the best plus the
+   model's resolution), so the caller can rank the tied ones simplest first.
 A timeout anywhere downgrades OPTIMAL to FEASIBLE; a timeout before any solution is UNKNOWN
 (SolverTimeoutError), never INFEASIBLE.
 """
@@ -28,6 +30,7 @@ from solver.search.model import (
     Coefficients, SearchModel, TermRows, incumbent, row_floors, useful_rows, window_rows,
 )
 from solver.search.options import SearchOptions
+from solver.search.ties import tie_slack_units
 from solver.specs import LayoutSpec
 
 Evaluator = Callable[[LayoutSpec], "Evaluated | None"]
@@ -98,6 +101,14 @@ def enumerate_window(rows: TermRows, coef: Coefficients, win: Window, options: S
     return [(sm.layout(i, j)) for i, j in collector.new]
 
 
+def tie_limit(coef: Coefficients, fastest: Evaluated, objective: str) -> float:
+    """The largest objective (in the tables' units) tied with the fastest layout
+    (solver.search.ties: best + TIE_RESOLUTION x the best objective, or x its step time when
+    GPUs are weighted first)."""
+    exact = coef.exact(fastest.layout, fastest.estimate.step_time_s)
+    return exact + tie_slack_units(objective, exact, fastest.estimate.step_time_s)
+
+
 def ranked_window(rows: TermRows, coef: Coefficients, best: int, options: SearchOptions,
                   deadline: float, evaluate: Evaluator) -> Window:
     """The top-K layouts by the evaluator's exact objective (see module docstring)."""
@@ -116,6 +127,8 @@ def ranked_window(rows: TermRows, coef: Coefficients, best: int, options: Search
             return win
         kth = coef.exact(win.good[k - 1].layout, win.good[k - 1].estimate.step_time_s) \
             if len(win.good) >= k else None
+        if kth is not None:  # the K-th best and every layout tied with the best must be inside
+            kth = max(kth, tie_limit(coef, win.good[0], options.objective))
         if kth is not None and kth < win.threshold - err:
             return win
         nxt = math.ceil(kth + err) + 1 if kth is not None else best + 2 * (win.threshold - best) + 1

@@ -3,7 +3,9 @@
 It walks every structurally valid layout (solver.search.space.enumerate_layouts), asks the
 cost model for each (solver.cost.estimate.estimate_layout), keeps those that fit in memory
 (and meet the deadline for that objective), and sorts by the objective, then by the
-layout's fields so equal objectives have a fixed order. Nothing clever on purpose.
+layout's fields so equal objectives have a fixed order; the layouts tied with the best
+(within the model's resolution, solver.search.ties) come first, simplest first. Nothing
+clever on purpose.
 """
 from __future__ import annotations
 
@@ -97,8 +99,7 @@ def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: Training
         out = [e for o in options.rank_orders
                for e in exhaustive_search(model, cluster, training,
                                           options.model_copy(update={"rank_orders": (o,)}), cost_options)]
-        out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
-        return out
+        return _ranked(out, options)
     layouts = list(enumerate_layouts(model, cluster, training, options))
     if not layouts and not options.gpus_may_vary:
         from solver.search.fallback import usable_gpu_counts
@@ -109,5 +110,12 @@ def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: Training
     else:
         verdict = evaluator(model, cluster, training, options, cost_options)
         out = [ev for ev in map(verdict, layouts) if ev is not None]
-    out.sort(key=lambda e: (e.objective_units, layout_key(e.layout)))
-    return out
+    return _ranked(out, options)
+
+
+def _ranked(out: list[Evaluated], options: SearchOptions) -> list[Evaluated]:
+    """Objective order with the layouts tied with the best first, simplest first
+    (solver.search.ties.rank_with_ties, the rule the CP-SAT search applies)."""
+    from solver.search.ties import rank_with_ties
+
+    return rank_with_ties(out, options.objective)[0]

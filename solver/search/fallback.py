@@ -103,4 +103,5 @@ def _merge(results: list[SearchResult], options: SearchOptions, target: int, cou
     return SearchResult(layouts, status, seconds, options.objective,
                         bound, gap, sum(res.solves for res in results),
                         sum(res.evaluated for res in results), None, notes, phases,
-                        gpus_available=cluster.available_gpus, fallback=why)
+                        gpus_available=cluster.available_gpus, fallback=why,
+                        candidates=[c for res in results for c in (res.candidates or res.layouts)])

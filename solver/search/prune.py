@@ -11,7 +11,8 @@ p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasin
 each visited group's layouts are evaluated in full (the same memoized terms, the same
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
-all later ones. With a deadline (min_gpus_deadline), a group whose bound times the run's
+all later ones, unless its bound is within the tie limit (solver.search.ties) of the best
+layout seen. With a deadline (min_gpus_deadline), a group whose bound times the run's
 steps passes the deadline is dropped, and only layouts surely within it count toward K.
 With options.split_stages every stage is charged separately (solver.cost.step,
 compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
@@ -20,12 +21,14 @@ compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t
 from __future__ import annotations
 
 import heapq
+import math
 from types import SimpleNamespace
 from collections.abc import Callable
 
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.model import pipe_group
 from solver.search.objective import objective_units, run_steps
+from solver.search.ties import tie_slack_units
 from solver.specs import LayoutSpec
 
 # Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
@@ -64,18 +67,34 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     bounds.sort()
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
+    tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
     for lb, g in bounds:
-        if len(worst_k) >= options.top_k and lb > -worst_k[0] * (1 + MARGIN) + 1.0:
+        if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
         kept.add(g)
         for value in _group_values(lm, t, g, by_group[g], accum):
             if deadline is not None and run_steps_of(g) * value * (1 + MARGIN) > deadline:
                 continue  # counted only when surely within the deadline
             obj = objective(g, value)
+            # A seen layout is no better than the best, so its tie limit is no lower than the
+            # best's (the limit grows with the objective; with GPUs first, another GPU count
+            # is a GPU weight away): groups past it cannot hold a tied layout.
+            tied = min(tied, obj + tie_slack_units(options.objective, obj, value))
             if len(worst_k) < options.top_k:
                 heapq.heappush(worst_k, -obj)
             elif obj < -worst_k[0]:
                 heapq.heapreplace(worst_k, -obj)
+    return [k for k in keys if pipe_group(k) in kept]
+
+
+def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], bound_s: float) -> list[tuple]:
+    """The pipeline keys of the groups whose step-time lower bound (module docstring) is at
+    most bound_s: every layout with a step time <= bound_s lies in them (a rank count needs
+    only those; solver.search.api.layout_rank)."""
+    by_group: dict[tuple, list[tuple]] = {}
+    for key in keys:
+        by_group.setdefault(pipe_group(key), []).append(key)
+    kept = {g for g, rows in by_group.items() if _lower_s(lm, t, g, rows, accum) <= bound_s * (1 + MARGIN)}
     return [k for k in keys if pipe_group(k) in kept]
 
 

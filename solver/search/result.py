@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import math
 from typing import Any, Literal
 
-from solver.search.exhaustive import layout_key
+from solver.search.ties import TIE_RESOLUTION, rank_with_ties
 from solver.specs import LayoutSpec
 
 Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
@@ -22,6 +22,9 @@ class RankedLayout:
     objective_units: float
     grad_accum: int
     pipeline_split: tuple[int, ...] | None = None
+    # Within the model's resolution of the fastest layout (solver.search.ties): the tied
+    # layouts lead the ranking, simplest first. False when no other layout ties.
+    tied_with_best: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         est = self.estimate
@@ -30,7 +33,8 @@ class RankedLayout:
                                "step_time_s": est.step_time_s, "mfu": est.mfu,
                                "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]},
                                "fits": est.fits, "framework": est.framework,
-                               "memory_recipe": est.memory_recipe["mode"]}
+                               "memory_recipe": est.memory_recipe["mode"],
+                               "tied_with_best": self.tied_with_best}
         if self.pipeline_split is not None:
             out["pipeline_split"] = list(self.pipeline_split)
         out["estimate"] = est.as_dict()
@@ -54,6 +58,10 @@ class SearchResult:
     phases: dict[str, Any] = field(default_factory=dict)  # seconds per phase, row counts
     gpus_available: int | None = None  # the cluster's available GPUs
     fallback: str | None = None  # why the layouts use fewer GPUs than asked (None: they do not)
+    tie_resolution: float = TIE_RESOLUTION  # relative band of solver.search.ties
+    # Every layout the search confirmed (unranked): its top K by objective and every layout
+    # tied with its best, so that merged searches rank exactly (merge_ranked). Not serialized.
+    candidates: list[RankedLayout] = field(default_factory=list, repr=False)
 
     @property
     def gpus_used(self) -> list[int]:
@@ -71,7 +79,8 @@ class SearchResult:
                        "bound_units": self.bound_units, "gap": self.gap, "solves": self.solves,
                        "evaluated": self.evaluated, "notes": self.notes, "phases": self.phases,
                        "gpus_available": self.gpus_available, "gpus_used": self.gpus_used,
-                       "fallback": self.fallback},
+                       "fallback": self.fallback, "tie_resolution": self.tie_resolution,
+                       "tied_layouts": sum(r.tied_with_best for r in self.layouts)},
             "explanation": self.explanation,
         }
 
@@ -81,16 +90,24 @@ def relative_gap(best: float, bound: float) -> float:
     return max(0.0, (best - bound) / max(abs(best), 1e-12))
 
 
+def assign_ranks(candidates: list[RankedLayout], objective: str, top_k: int) -> list[RankedLayout]:
+    """The top_k of `candidates` ranked with solver.search.ties.rank_with_ties (the layouts
+    tied with the best first, simplest first, each marked), numbered from 1."""
+    ranked, tied = rank_with_ties(candidates, objective)
+    return [dataclasses.replace(r, rank=i + 1, tied_with_best=tied > 1 and i < tied)
+            for i, r in enumerate(ranked[:top_k])]
+
+
 def merge_ranked(results: list[SearchResult], top_k: int,
                  complete: bool) -> tuple[list[RankedLayout], Status, float, float]:
-    """(layouts, status, bound, gap) of several exact searches merged: their top_k layouts
-    re-ranked by objective (exact ties by the layout's fields). OPTIMAL only when the merge
-    is `complete` (no part left unsearched) and every search proved its optimum."""
-    top = sorted((r for res in results for r in res.layouts),
-                 key=lambda r: (r.objective_units, layout_key(r.layout)))[:top_k]
-    layouts = [dataclasses.replace(r, rank=i + 1) for i, r in enumerate(top)]
+    """(layouts, status, bound, gap) of several exact searches merged: their candidates
+    (each search's top K by objective and its tied set, which hold the merged top K and the
+    merged tied set) ranked again (assign_ranks). OPTIMAL only when the merge is `complete`
+    (no part left unsearched) and every search proved its optimum."""
+    cands = [c for res in results for c in (res.candidates or res.layouts)]
+    layouts = assign_ranks(cands, results[0].objective, top_k)
     proven = complete and all(res.status == "OPTIMAL" for res in results)
-    best = layouts[0].objective_units
+    best = min(c.objective_units for c in cands)
     # a search without a proven bound bounds nothing: -inf (its gap is then infinite)
     bound = best if proven else min(-math.inf if r.bound_units is None else r.bound_units for r in results)
     return layouts, "OPTIMAL" if proven else "FEASIBLE", bound, relative_gap(best, bound)

@@ -34,7 +34,7 @@ from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.errors import SolverTimeoutError
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows, pipe_group, shard_group
-from solver.search.prune import prune_keys
+from solver.search.prune import keys_within, prune_keys
 from solver.search.rules import accumulation
 from solver.search.scaling import time_int
 from solver.specs import LayoutSpec, Recompute
@@ -229,7 +229,7 @@ class _Terms:
 
 
 def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
-              prune: bool = False, deadline: float | None = None) -> TermRows:
+              prune: bool = False, deadline: float | None = None, within_s: float | None = None) -> TermRows:
     """The two cost tables over the structurally valid rows of `lm` (see module docstring).
 
     with_time=False leaves the time columns at 0: memory-only questions (what fits?) need
@@ -237,6 +237,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     time terms still pick each row's split, which decides its memory).
     prune=True keeps only the row groups that can hold one of the lm.options.top_k best
     layouts (solver.search.prune; exact for that top-K, not for counting all layouts).
+    within_s keeps only the row groups that can hold a layout of step time <= within_s
+    (solver.search.prune.keys_within; exact for counting those layouts).
     deadline (time.perf_counter() seconds): building the rows, and their fit tests, raise
     SolverTimeoutError once it has passed (solver.search.explain bounds each fix this way).
     """
@@ -258,6 +260,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     all_keys = list(lm.pipeline_rows())
     if prune and with_time:
         all_keys = prune_keys(lm, t, all_keys, accum_of)
+    if within_s is not None and with_time:
+        all_keys = keys_within(lm, t, all_keys, accum_of, within_s)
     keys, splits, pipe, act = [], [], [], []
     for key in all_keys:
         in_time()

@@ -7,6 +7,7 @@ from solver.search.api import search_layouts
 from solver.search.fallback import usable_gpu_counts
 from solver.search.options import SearchOptions
 from solver.search.space import enumerate_layouts
+from solver.search.ties import rank_with_ties
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 from tests.search import synthetic
@@ -27,15 +28,21 @@ def small_problem(layers, heads_pow, nodes, gpn, seq_pow, batch_seqs, tokens=1e9
 
 
 def brute(model, cluster, training, options, cap):
-    """Every layout's objective, sorted; when no layout uses all GPUs (and the count is
-    fixed), those of the largest usable counts (solver.search.fallback)."""
+    """Every layout's objective, ranked with the tie rule (solver.search.ties: the layouts
+    within the resolution of the best first, simplest first); when no layout uses all GPUs
+    (and the count is fixed), those of the largest usable counts (solver.search.fallback)."""
+    return [e.objective_units for e in rank_with_ties(_brute(model, cluster, training, options, cap),
+                                                      options.objective)[0]]
+
+
+def _brute(model, cluster, training, options, cap):
     layouts = list(enumerate_layouts(model, cluster, training, options))
     if not layouts and not options.gpus_may_vary:
         counts = usable_gpu_counts(model, cluster, training, options)
-        return sorted(v for g in counts for v in brute(model, cluster, training,
-                                                       options.model_copy(update={"gpus": g}), cap))
+        return [e for g in counts for e in _brute(model, cluster, training,
+                                                  options.model_copy(update={"gpus": g}), cap)]
     ev = synthetic.evaluator(model, cluster, training, options, cap)
-    return sorted(e.objective_units for e in map(ev, layouts) if e)
+    return [e for e in map(ev, layouts) if e]
 
 
 def run(model, cluster, training, options, cap):

@@ -8,6 +8,7 @@ from solver.search import exhaustive_search, search_layouts
 from solver.search.fallback import NEAR_FRACTION, usable_gpu_counts
 from solver.search.options import SearchOptions
 from solver.search.space import enumerate_layouts
+from solver.search.ties import rank_with_ties
 from tests.search.problems import models, tiny_cluster, tiny_model, tiny_training
 
 SMALL = dict(max_micro_batch=2, max_vpp=2, max_cp=2, time_limit_s=30)
@@ -57,8 +58,9 @@ def test_counts_near_the_target_are_merged_by_step_time(monkeypatch):
     assert counts == [40, 36, 32, 30]
     res = search_layouts(model, cluster, training, options)
     assert res.fallback and res.status == "OPTIMAL" and set(res.gpus_used) <= set(counts)
-    union = sorted(e.objective_units for g in counts
-                   for e in exhaustive_search(model, cluster, training, options.model_copy(update={"gpus": g})))
+    union = [e.objective_units for e in rank_with_ties(  # the tie rule over the merged counts
+        [e for g in counts for e in exhaustive_search(model, cluster, training, options.model_copy(update={"gpus": g}))],
+        options.objective)[0]]
     assert [r.objective_units for r in res.layouts] == pytest.approx(union[:6], rel=1e-12)
 
 

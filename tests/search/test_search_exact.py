@@ -16,6 +16,7 @@ from solver.errors import InfeasibleError
 from solver.presets import load_model, load_training
 from solver.search import exhaustive_search, search_layouts
 from solver.search.options import SearchOptions
+from solver.search.ties import rank_with_ties
 from tests.search.problems import binding_cluster, models, shapes, trainings
 from topology.catalog import load_cluster
 
@@ -23,13 +24,18 @@ SMALL = dict(max_micro_batch=2, max_vpp=2, max_cp=2, time_limit_s=30)
 
 
 def ranked(model, cluster, training, options):
-    """(CP-SAT objective values, exhaustive objective values), top_k each."""
-    expected = [e.objective_units for e in exhaustive_search(model, cluster, training, options)]
+    """(CP-SAT objective values, exhaustive objective values), top_k each, both ranked with
+    the tie rule (solver.search.ties); the tied_with_best marks must agree too."""
+    oracle = exhaustive_search(model, cluster, training, options)
+    expected = [e.objective_units for e in oracle]
+    _, tied = rank_with_ties(oracle, options.objective)
     try:
-        got = [r.objective_units for r in search_layouts(model, cluster, training, options,
-                                                         explain=False).layouts]
+        layouts = search_layouts(model, cluster, training, options, explain=False).layouts
     except InfeasibleError:
-        got = []
+        layouts = []
+    got = [r.objective_units for r in layouts]
+    marks = [r.tied_with_best for r in layouts]
+    assert marks == [tied > 1 and i < tied for i in range(len(layouts))]
     return got, expected[: options.top_k]
 
 
@@ -41,6 +47,7 @@ def test_cpsat_equals_exhaustive_on_random_small_problems(model, shape, training
     options = SearchOptions(top_k=k, objective=objective, allow_fewer_gpus=fewer, **SMALL)
     got, expected = ranked(model, cluster, training, options)
     event("feasible" if expected else "nothing fits")
+    event(f"top-k layouts within 2% of the best: {sum(1 for v in expected if v <= min(expected or [0]) * 1.02)}")
     assert got == pytest.approx(expected, rel=1e-12)
 
 
