@@ -143,6 +143,8 @@ def _rung(n: int, training: TrainingSpec, cluster: ClusterSpec, layout: LayoutSp
         "memory_free_bytes": free,
         "free_fraction": free / capacity,
         "fits": free >= headroom_fraction * capacity,
+        "framework": training.framework,  # the rung's memory is the seed's capacity recipe, not the framework's
+        "memory_recipe": "seed capacity recipe (training.precision)",
     }
 
 

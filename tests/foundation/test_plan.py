@@ -250,3 +250,20 @@ def test_recommended_layout_is_one_megatron_core_runs(plan):
         assert violations(fw, kernel="flash", tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], vpp=lay["vpp"],
                           sp=lay["sequence_parallel"], zero=lay["zero_stage"], accum=lay["grad_accum"]) == []
     assert "megatron-core" in plan["memory"]["per_layout_recipe"]
+
+
+def test_every_layout_in_the_plan_names_its_framework(plan):
+    """Issue 10: ranked layouts, the ladder's rungs and its choice all say which framework
+    (and which memory recipe) their figures are for."""
+    def layouts(x):
+        if isinstance(x, dict):
+            if "tp" in x and "zero_stage" in x:
+                yield x
+            for v in x.values():
+                yield from layouts(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from layouts(v)
+
+    found = list(layouts(plan))
+    assert len(found) > 10 and all(d.get("framework") == "megatron-core" for d in found)
