@@ -20,6 +20,11 @@ class GpuSpec(StrictModel):
     memory_gb: float = Field(ge=0.1, le=10_000, description="HBM capacity per GPU in GB (1e9 bytes).")
     peak_tflops: float = Field(ge=0.1, le=100_000, description="Dense BF16 peak, TFLOP/s per GPU.")
     hbm_gb_s: float = Field(ge=1, le=1_000_000, description="HBM bandwidth per GPU, GB/s.")
+    peak_fp8_tflops: float | None = Field(
+        default=None, ge=0.1, le=100_000,
+        description="Dense FP8 peak (without sparsity), TFLOP/s per GPU; None where the GPU has no "
+                    "FP8 tensor cores or its datasheet does not state it. Not read by the cost model "
+                    "yet (it plans BF16 with peak_tflops).")
 
     @property
     def memory_bytes(self) -> float:

@@ -179,7 +179,7 @@ def test_16k_rail_optimized_query_routes_one_unit_pair(monkeypatch):
     0.5 us + spine-leaf 0.5 us + NIC 5 us = 11 us."""
     from topology.catalog import load_cluster
 
-    big = load_cluster("dgx-h100-superpod-fattree").model_copy(update={"name": "h6-16k", "nodes": 2048})
+    big = load_cluster("dgx-h100-superpod-rail-optimized").model_copy(update={"name": "h6-16k", "nodes": 2048})
 
     def boom(*_a, **_k):
         raise AssertionError("exact path used")

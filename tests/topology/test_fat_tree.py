@@ -67,7 +67,7 @@ def test_nvl72_tp8_fills_every_gpu():
 
 
 def test_fat_tree_presets_load_and_route():
-    c = load_cluster("dgx-h100-superpod-fattree")
+    c = load_cluster("dgx-h100-superpod-rail-optimized")
     assert c.topology.kind == "rail_optimized" and c.gpus == 1024
     # Hand check of TP8 x DP128 from the preset's figures: TP fills a node (360 GB/s NVLink,
     # 3 us); a DP step goes GPU g -> GPU g of the next node on rail g, one flow per 45 GB/s
