@@ -49,6 +49,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.search
 	$(BIN)/python -m benchmarks.accuracy
 	$(BIN)/python -m benchmarks.layouts_http
+	$(BIN)/python -m benchmarks.topology
 
 clean:
 	rm -rf $(VENV) build *.egg-info

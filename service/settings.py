@@ -8,7 +8,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from topology.errors import Problem, SpecError
+from topology.spec import ClusterSpec
 
 ENV_PREFIX = "TRAINPLAN_"
 
@@ -95,3 +98,27 @@ class Settings(BaseModel):
 def get_settings() -> Settings:
     """The process-wide settings (cached; tests pass their own Settings to create_app)."""
     return Settings.from_env()
+
+
+def check_cluster_size(cluster: ClusterSpec, settings: Settings) -> None:
+    """Refuse clusters above `max_cluster_gpus` (placement and routing scale with GPUs); the
+    one cap the HTTP routes (422) and the CLI (exit 2) apply.
+
+    Raises: SpecError.
+    """
+    if cluster.gpus > settings.max_cluster_gpus:
+        raise SpecError("cluster too large", [Problem(
+            "cluster.nodes", f"{cluster.gpus:,} GPUs; trainplan plans at most {settings.max_cluster_gpus:,} "
+                             f"(set {ENV_PREFIX}MAX_CLUSTER_GPUS to change)")])
+
+
+def cli_settings() -> Settings:
+    """get_settings() for the CLI: a malformed TRAINPLAN_* variable is a SpecError naming it.
+
+    Raises: SpecError.
+    """
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        problems = [Problem(ENV_PREFIX + ".".join(map(str, e["loc"])).upper(), e["msg"]) for e in exc.errors()]
+        raise SpecError("bad environment", problems) from None

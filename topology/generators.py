@@ -105,13 +105,14 @@ def _spines(g: nx.DiGraph, t: FatTreeTopology, leaves: list[str], downlink_gb_s:
             add_link(g, leaf, f"spine{s}", per_spine_gb_s, hop_ps, "network")
 
 
-def _check_leaves(c: ClusterSpec, t: FatTreeTopology) -> None:
+def check_leaves(c: ClusterSpec, t: FatTreeTopology) -> None:
+    """Raises SpecError unless the leaves (or scalable units) tile the nodes."""
     _check_tiles(c, "nodes_per_leaf", t.nodes_per_leaf)
 
 
 def build_fat_tree(c: ClusterSpec, t: FatTreeTopology) -> nx.DiGraph:
     """Every NIC of a node goes to the node's leaf; leaves join through the spines."""
-    _check_leaves(c, t)
+    check_leaves(c, t)
     g = new_graph(c.name)
     _nvlink_domains(g, c, 1)
     nic_ps = latency_ps(t.nic_latency_us)
@@ -128,7 +129,7 @@ def build_fat_tree(c: ClusterSpec, t: FatTreeTopology) -> nx.DiGraph:
 def build_rail_optimized(c: ClusterSpec, t: RailOptimizedTopology) -> nx.DiGraph:
     """NIC r of every node of a scalable unit goes to the unit's rail-r leaf
     (NVIDIA DGX SuperPOD reference architecture); spines join all leaves."""
-    _check_leaves(c, t)
+    check_leaves(c, t)
     g = new_graph(c.name)
     _nvlink_domains(g, c, 1)
     nic_ps = latency_ps(t.nic_latency_us)

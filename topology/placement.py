@@ -324,6 +324,27 @@ def domain_capacities(cluster: ClusterSpec, dims: dict[str, int],
     return aligned if sum(aligned) >= world else free
 
 
+def placement_stats(cluster: ClusterSpec, dims: dict[str, int],
+                    order: tuple[GroupKind, ...] = MEGATRON_ORDER) -> tuple[int, int, bool]:
+    """(ranks, nodes used, domain-aligned) of `place(cluster, dims, order)` without listing
+    slots: per NVLink domain with a free GPU, the ranks place puts there (domain_capacities'
+    rule), each domain filling its free nodes in order, gpus_per_node ranks a node.
+    O(domains). Raises: InfeasibleError as place."""
+    if cluster.topology is not None and cluster.topology.kind == "graph":
+        p = place(cluster, dims, order)
+        return len(p.slots), len({s.node for s in p.slots}), p.aligned
+    caps = domain_capacities(cluster, dims, order)
+    free_gpus, _, _ = free_domain_sizes(cluster)
+    left, nodes = world_size(dims), 0
+    for cap in caps:
+        take = min(cap, left)
+        nodes += -(-take // cluster.gpus_per_node)
+        left -= take
+        if not left:
+            break
+    return world_size(dims), nodes, sum(caps) < free_gpus
+
+
 def domain_stats_of(capacities: list[int], dims: dict[str, int], order: tuple[GroupKind, ...],
                     kind: str) -> tuple[frozenset[int], int, bool]:
     """domain_stats for any per-domain rank capacities, by numpy over every rank (O(ranks),

@@ -5,12 +5,12 @@ import argparse
 import sys
 
 from service.cli import emit
+from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
 from service.render_md import render_estimate
 from solver.layouts import estimate
 from solver.presets import load_layout, load_model
-from topology.catalog import load_cluster
 
 
 def add_parser(subparsers) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training, layout = require_training(args.training), load_layout(args.layout)
     result = estimate(model, cluster, with_framework(training, args.framework), layout)
     for v in result["framework_violations"]:  # loud: the prediction is for a layout that cannot run

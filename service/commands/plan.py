@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 
 from service.cli import emit
+from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.render_md import render_plan
 from solver.errors import Problem, SpecError
 from solver.plan import build_plan
 from solver.presets import load_model, load_training, preset_names
-from topology.catalog import load_cluster
 
 
 # The training recipe `plan` assumes when none is given (reference/seed-70b-plan.md).
@@ -37,7 +37,7 @@ def require_training(arg: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(require_training(args.training or DEFAULT_TRAINING), args.framework)
     plan = build_plan(model, cluster, training)
     if args.training is None:

@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from service.cli import emit
+from service.commands import load_capped_cluster
 from service.commands.framework_args import (
     add_framework_flag, add_search_flags, search_flag_options, with_framework,
 )
@@ -12,7 +13,6 @@ from service.commands.plan import require_training
 from service.render_md import layout_gpus, md_table
 from solver.plan import LAYOUT_FIELDS
 from solver.presets import load_model
-from topology.catalog import load_cluster
 
 
 def add_parser(subparsers) -> None:
@@ -53,7 +53,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from solver.search import search_layouts
 
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(require_training(args.training), args.framework)
     result = search_layouts(model, cluster, training, options_from_args(args))
     emit(result.as_dict(), args.format, render_search)

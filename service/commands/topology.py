@@ -5,12 +5,11 @@ import argparse
 import dataclasses
 
 from service.cli import emit
+from service.commands import load_capped_cluster
 from solver.presets import load_layout
-from topology.catalog import load_cluster
-from topology.generators import build_graph
-from topology.graph import summary
 from topology.groups import group_links
-from topology.placement import parse_order, place
+from topology.placement import parse_order, placement_stats
+from topology.summary import graph_summary
 
 
 def add_parser(subparsers) -> None:
@@ -27,25 +26,24 @@ def topology_report(cluster_arg, layout_arg=None, order: str = "tp-cp-dp-pp") ->
 
     Raises: SpecError, InfeasibleError.
     """
-    cluster = load_cluster(cluster_arg)
+    cluster = load_capped_cluster(cluster_arg)
     out = {
         "cluster": cluster.name,
         "generator": cluster.topology.kind if cluster.topology else "flat",
         "gpus": cluster.gpus,
         "available_gpus": cluster.available_gpus,
         "unavailable_nodes": list(cluster.unavailable_nodes),
-        "graph": summary(build_graph(cluster)),
+        "graph": graph_summary(cluster),
     }
     if layout_arg is None:
         return out
     lay = load_layout(layout_arg)
     o = parse_order(order)
     dims = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp}
-    p = place(cluster, dims, o)
+    ranks, nodes_used, aligned = placement_stats(cluster, dims, o)
     out["layout"] = dims
     out["order"] = "-".join(o)
-    out["placement"] = {"ranks": len(p.slots), "nodes_used": len({s.node for s in p.slots}),
-                        "domain_aligned": p.aligned}
+    out["placement"] = {"ranks": ranks, "nodes_used": nodes_used, "domain_aligned": aligned}
     links = group_links(cluster, lay.tp, lay.cp, lay.dp, lay.pp, order=o)
     out["groups"] = {k: dataclasses.asdict(v) for k, v in links.items()}
     return out

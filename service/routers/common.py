@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.settings import Settings
+from service.settings import Settings, check_cluster_size
 from service.store import PlanStore
 from topology.errors import Problem, SpecError, UnknownPresetError
 
@@ -92,16 +92,6 @@ def load_layout_arg(arg: Any):
         raise SpecError("layout: expected an object", [Problem("layout", "expected an object")])
     return load_layout(arg)
 
-
-def check_cluster_size(cluster, settings: Settings) -> None:
-    """422 for clusters above the server's size cap (placement and routing scale with GPUs).
-
-    Raises: SpecError.
-    """
-    if cluster.gpus > settings.max_cluster_gpus:
-        raise SpecError("cluster too large", [Problem(
-            "cluster.nodes", f"{cluster.gpus} GPUs; this server plans at most "
-                             f"{settings.max_cluster_gpus}")])
 
 
 def load_specs(**args: Any) -> dict[str, Any]:

@@ -50,3 +50,39 @@ def test_cli_md_and_bad_order(capsys):
     assert main(["topology", "--cluster", "gb200-nvl72-superpod", "--format", "md"]) == 0
     assert "NVLink domains: 8 of 72 GPUs" in capsys.readouterr().out
     assert main(["topology", "--cluster", "seed-512", "--layout", LAYOUT, "--order", "tp-dp"]) == 2
+
+
+@pytest.fixture
+def cap(monkeypatch):
+    """Set TRAINPLAN_MAX_CLUSTER_GPUS for the CLI (settings are cached per process)."""
+    from service.settings import get_settings
+
+    def set_cap(value: str) -> None:
+        monkeypatch.setenv("TRAINPLAN_MAX_CLUSTER_GPUS", value)
+        get_settings.cache_clear()
+    yield set_cap
+    monkeypatch.delenv("TRAINPLAN_MAX_CLUSTER_GPUS", raising=False)
+    get_settings.cache_clear()
+
+
+def test_cli_caps_cluster_size_like_the_service(tmp_path, capsys, cap):
+    # 1,000,000 nodes x 8 = 8M GPUs ran past 120 s; the service's cap (200,000 by default,
+    # service.settings.Settings.max_cluster_gpus) now applies to the CLI too.
+    big = {"name": "8m", "nodes": 1_000_000, "gpus_per_node": 8, "gpu": "h100-sxm-80gb",
+           "intra_node": {"bandwidth_gb_s": 360, "latency_us": 3},
+           "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}}
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big))
+    assert main(["topology", "--cluster", str(path)]) == 2
+    assert "cluster.nodes: 8,000,000 GPUs; trainplan plans at most 200,000" in capsys.readouterr().err
+    cap("256")
+    for argv in (["topology", "--cluster", "seed-512"],
+                 ["estimate", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b",
+                  "--layout", LAYOUT],
+                 ["search", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b"],
+                 ["plan", "--model", "seed-70b", "--cluster", "seed-512"]):
+        assert main(argv) == 2, argv
+        assert "at most 256" in capsys.readouterr().err
+    cap("many")
+    assert main(["topology", "--cluster", "seed-512"]) == 2
+    assert "TRAINPLAN_MAX_CLUSTER_GPUS" in capsys.readouterr().err
