@@ -12,7 +12,10 @@ each visited group's layouts are evaluated in full (the same memoized terms, the
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
 all later ones, unless its bound is within the tie limit (solver.search.ties) of the best
-layout seen. With a deadline (min_gpus_deadline), a group whose bound times the run's
+layout seen. Within the kept groups a pipeline row is kept only when its best fitting
+layout (exact, from the same evaluation) is within the K-th best objective or the tie
+limit: no other row can hold a top-K or tied layout (interleaving counts of a 1,000-layer
+model would otherwise all enter the tables). With a deadline (min_gpus_deadline), a group whose bound times the run's
 steps passes the deadline is dropped, and only layouts surely within it count toward K.
 With options.split_stages every stage is charged separately (solver.cost.step,
 compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
@@ -67,15 +70,17 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     bounds.sort()
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
+    row_best: dict[tuple, float] = {}  # per pipeline key, its best fitting objective
     tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
     for lb, g in bounds:
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
         kept.add(g)
-        for value in _group_values(lm, t, g, by_group[g], accum):
+        for key, value in _group_values(lm, t, g, by_group[g], accum):
+            obj = objective(g, value)
+            row_best[key] = min(obj, row_best.get(key, math.inf))
             if deadline is not None and run_steps_of(g) * value * (1 + MARGIN) > deadline:
                 continue  # counted only when surely within the deadline
-            obj = objective(g, value)
             # A seen layout is no better than the best, so its tie limit is no lower than the
             # best's (the limit grows with the objective; with GPUs first, another GPU count
             # is a GPU weight away): groups past it cannot hold a tied layout.
@@ -84,7 +89,12 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
                 heapq.heappush(worst_k, -obj)
             elif obj < -worst_k[0]:
                 heapq.heapreplace(worst_k, -obj)
-    return [k for k in keys if pipe_group(k) in kept]
+    if not worst_k:  # nothing fits: keep the groups (the caller explains why)
+        return [k for k in keys if pipe_group(k) in kept]
+    # Row level: a pipeline row whose best fitting layout is past the K-th best objective and
+    # the tie limit (or that fits with no shard row) holds no top-K or tied layout.
+    cut = max(-worst_k[0], tied) * (1 + MARGIN) + 1.0 if len(worst_k) >= options.top_k else math.inf
+    return [k for k in keys if row_best.get(k, math.inf) <= cut]
 
 
 def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], bound_s: float) -> list[tuple]:
@@ -109,8 +119,9 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
     return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * head
 
 
-def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[float]:
-    """Step times (s) of every fitting layout of the group (pipeline part + DP/optimizer part)."""
+def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[tuple[tuple, float]]:
+    """(pipeline key, step time s) of every fitting layout of the group (pipeline part +
+    DP/optimizer part)."""
     tp, pp, cp, dp, sp, mb = g
     m = accum(dp, mb)
     out = []
@@ -120,6 +131,6 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[float]:
         for shard, dp_s in shards:
             _, pipe_s, total = t.choice(shard, vpp, rcn, m)  # the split the search assigns the pair
             if total <= t.usable:
-                out.append(pipe_s + dp_s)
+                out.append((key, pipe_s + dp_s))
     return out
 
