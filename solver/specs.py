@@ -42,6 +42,12 @@ class ModelSpec(StrictModel):
         default=False,
         description="Only the Q, K and V projections carry biases (not O, not the FFN), as in Qwen2; "
                     "Megatron-Core's add_qkv_bias (transformer_config.py). Implied by `bias`.")
+    dropout: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="Hidden and attention dropout probability (Megatron --hidden-dropout / "
+                    "--attention-dropout; HF hidden_dropout/attention_dropout). Any value > 0 "
+                    "stores 1-byte masks and adds their traffic (Korthikanti et al. 2022, Sec. 4.1). "
+                    "Default 0: Llama-style recipes; Megatron-Core's own default is 0.1.")
     max_positions: int | None = Field(
         default=None, ge=1, le=100_000_000,
         description="Learned position table size; defaults to the training seq_len.")

@@ -130,8 +130,13 @@ class LayerTimes:
         return {"none": 0.0, "selective": self.attn_fwd_s, "full": self.forward_s}[recompute]
 
 
+def dropout_on(model: ModelSpec, opts: CostOptions) -> bool:
+    """Whether dropout masks are charged: the model has dropout or the options force it."""
+    return opts.dropout or model.dropout > 0
+
+
 def attention_core_s(sh: LayerShape, kernel: AttentionKernel, gpu: GpuSpec,
-                     opts: CostOptions) -> tuple[float, float]:
+                     opts: CostOptions, dropout: bool | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of the attention core (scores, softmax, weighted values)."""
     full_flops = 4.0 * sh.tokens * sh.seq_kv * sh.heads * sh.head_dim  # QK^T and PV, 2 FLOPs/MAC
     if kernel == "flash":
@@ -141,7 +146,7 @@ def attention_core_s(sh: LayerShape, kernel: AttentionKernel, gpu: GpuSpec,
     # scores written, softmax read+written, probabilities read: ~8 bytes per score element
     # forward (+3 with dropout: 1-byte mask, 2-byte output), twice that backward.
     scores = sh.tokens * sh.seq_kv * sh.heads
-    per_score = 8 + (3 if opts.dropout else 0)
+    per_score = 8 + (3 if (opts.dropout if dropout is None else dropout) else 0)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
     fwd = full_flops / (gpu.peak_flops * opts.gemm_peak_fraction) + per_score * scores / hbm
     return fwd, 2.0 * fwd
@@ -169,9 +174,10 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
     """Times of one layer's forward and backward (without recompute) for one micro-batch."""
     sh = layer_shape(model, seq_len, tp, cp, micro_batch)
     parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts) for m, n, k in layer_gemms(sh)]
-    attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts)
+    dropout = dropout_on(model, opts)
+    attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts, dropout)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
-    elem_fwd = elementwise_fwd_bytes(sh, model, tp, sp, opts.dropout) / hbm
+    elem_fwd = elementwise_fwd_bytes(sh, model, tp, sp, dropout) / hbm
     return LayerTimes(
         gemm_fwd_s=sum(p[0] for p in parts), gemm_dgrad_s=sum(p[1] for p in parts),
         gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=parts[0][1] + parts[2][1],

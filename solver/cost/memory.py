@@ -20,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solver.cost.accounting import StateBytes
-from solver.cost.compute import ACT_BYTES
+from solver.cost.compute import ACT_BYTES, dropout_on
 from solver.cost.options import AttentionKernel
 from solver.cost.state import framework_state_bytes, gathered_weight_bytes
 from solver.cost.terms import CostContext, layers_on_rank
+from solver.frameworks import load_framework
+from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
 
 
@@ -78,9 +80,39 @@ def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, reco
     if recompute == "full":
         rep = 1.0 / tp if sp else 1.0
         return ACT_BYTES * ctx.seq_len / cp * micro_batch * ctx.model.hidden * rep
+    if recompute == "selective" and _selective_policy(ctx) == "every_other_matmul":
+        return op_selective_bytes(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     parts = layer_activation_parts(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch,
-                                   kernel=ctx.training.attention_kernel, dropout=ctx.options.dropout)
+                                   kernel=ctx.training.attention_kernel,
+                                   dropout=dropout_on(ctx.model, ctx.options))
     return parts.total - (parts.attention_core if recompute == "selective" else 0.0)
+
+
+def _selective_policy(ctx: CostContext) -> SelectivePolicy:
+    return load_framework(ctx.training.framework).memory.selective_recompute.value
+
+
+def op_selective_bytes(model: ModelSpec, seq_len: int, *, tp: int, cp: int, sp: bool,
+                       micro_batch: int) -> float:
+    """Bytes one layer keeps under op-level selective recompute that saves matmul and
+    attention outputs except every second matmul (torchtitan SelectiveAC; its profile cites
+    activation_checkpoint.py).
+
+    The block's matmuls in call order: Q(1) K(2) V(3) O(4), then gated W1(5) W3(6) W2(7) or
+    plain up(5) down(6); the odd-numbered outputs are saved: Q (H dh / t), V (K dh / t), W1
+    or up (F / t) and, gated, W2 (h: the row-parallel output before its reduction). The
+    attention output (H dh / t) and its FP32 log-sum-exp are saved (SDPA is a saved op) and
+    the block input (h, /t with SP) is the checkpoint's input; norms, activations and
+    residual adds are recomputed. 2 bytes per BF16 value.
+    """
+    s_b = seq_len / cp * micro_batch
+    q = model.heads * model.head_dim / tp
+    kv = max(1, model.kv_heads // tp) * model.head_dim
+    ffn = model.ffn_hidden / tp
+    saved_mm = q + kv + ffn + (model.hidden if model.ffn_gated else 0.0)
+    block_input = model.hidden / (tp if sp else 1)
+    values = block_input + saved_mm + q  # + the attention output
+    return ACT_BYTES * s_b * values + 4.0 * s_b * model.heads / tp  # + FP32 log-sum-exp
 
 
 def in_flight_microbatches(pp: int, vpp: int, grad_accum: int) -> float:
@@ -92,6 +124,15 @@ def in_flight_microbatches(pp: int, vpp: int, grad_accum: int) -> float:
     if vpp == 1:
         return float(min(pp, grad_accum))
     return min(pp, grad_accum) * (1.0 + (pp - 1) / (pp * vpp))
+
+
+def embedding_stored_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int) -> float:
+    """What the embedding keeps for backward per micro-batch on the first stage: 8 s b bytes
+    of token ids, plus a dropout mask s b h (/t with SP) when dropout is on (Korthikanti
+    Sec. 4.3, Megatron theoretical_memory_usage.py)."""
+    s_b = ctx.seq_len / cp * micro_batch
+    mask = s_b * ctx.model.hidden / (tp if sp else 1) if dropout_on(ctx.model, ctx.options) else 0.0
+    return 8 * s_b + mask
 
 
 def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
@@ -107,28 +148,26 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
                                        micro_batch=micro_batch)
     layers = layers_on_rank(ctx.model.layers, pp, vpp)  # about L/p on the first rank
     flight = in_flight_microbatches(pp, vpp, grad_accum)
-    s_b = ctx.seq_len / cp * micro_batch
-    embed = 8 * s_b + (s_b * ctx.model.hidden / (tp if sp else 1) if ctx.options.dropout else 0.0)
+    embed = embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     total = per_layer * layers * flight + embed * flight
     if recompute == "full":
         total += layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
     return total
 
 
-LOGIT_BYTES = 4.0  # Korthikanti et al. 2022, Sec. 4.3 (see logits_bytes)
-
-
 def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
     """LM-head input and loss buffers of one micro-batch on the last stage.
 
-    2sbh input to the output layer plus s b V/t logits at LOGIT_BYTES each: Korthikanti
-    et al. 2022, Sec. 4.3 counts 4sbh(1 + V/h)/t for the output layer and cross-entropy,
-    i.e. 4 bytes per logit (BF16 logits + their FP32 softmax reused in place for the
-    gradient, as Megatron's vocab-parallel cross-entropy does). Added for every pp: exact
-    for pp = 1, an upper bound on the first and last stages for pp > 1.
+    2sbh input to the output layer plus s b V/t logits at the framework's bytes per logit
+    (its profile's memory.logit_bytes, cited there): Megatron-Core 4, as Korthikanti et
+    al. 2022, Sec. 4.3 count 4sbh(1 + V/h)/t for the output layer and cross-entropy (the
+    FP32 softmax reused in place for the gradient); torchtitan 12 (FP32 log-softmax output,
+    its incoming gradient and the gradient it returns, alive when backward starts). Added
+    for every pp: exact for pp = 1, an upper bound on the first and last stages for pp > 1.
     """
     s_b = ctx.seq_len / cp * micro_batch
-    return ACT_BYTES * s_b * ctx.model.hidden + LOGIT_BYTES * s_b * ctx.model.vocab / tp
+    per_logit = load_framework(ctx.training.framework).memory.logit_bytes.value
+    return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 
 def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage) -> StateBytes:

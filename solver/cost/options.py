@@ -44,8 +44,9 @@ class CostOptions:
     75-90% of nominal HBM bandwidth on A100/H100; the byte counts in compute.py are the
     minimum traffic of each op, so the fitted share also absorbs small unfused kernels."""
     dropout: bool = False
-    """Hidden/attention dropout is on (adds 1-byte masks to activations and mask traffic).
-    Default off (Llama-style recipes); Korthikanti's equations assume it on."""
+    """Charge dropout for every model (adds 1-byte masks to activations and mask traffic).
+    Default off: a model's own `dropout` field turns it on for that model (Llama-style
+    recipes have none; Korthikanti's equations assume it on)."""
 
     # --- communication -------------------------------------------------------------------
     dp_bucket_elements: int = 40_000_000

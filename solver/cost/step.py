@@ -423,8 +423,7 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
     """
     per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                          micro_batch=micro_batch)
-    s_b = ctx.seq_len / cp * micro_batch
-    embed = 8 * s_b + (s_b * ctx.model.hidden / (tp if sp else 1) if ctx.options.dropout else 0.0)
+    embed = M.embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     extra = (M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
              if recompute == "full" else 0.0)
     inter = M.in_flight_microbatches(pp, vpp, grad_accum)

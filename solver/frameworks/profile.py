@@ -60,6 +60,19 @@ class CitedShardGroup(_Cited):
     value: Literal["dp_cp"]
 
 
+class CitedLogitBytes(_Cited):
+    value: float = Field(gt=0, le=64)
+
+
+# What "selective" recompute keeps: Megatron's recomputes only the core attention (all else
+# stored); torchtitan's op-level policy stores matmul/attention outputs but every second mm.
+SelectivePolicy = Literal["attention_core", "every_other_matmul"]
+
+
+class CitedSelectivePolicy(_Cited):
+    value: SelectivePolicy
+
+
 class Capabilities(StrictModel):
     """What layouts the framework can run (the search's framework rules)."""
 
@@ -116,6 +129,8 @@ class MemorySemantics(StrictModel):
 
     precision: str = Field(min_length=1, max_length=300, description="The default recipe, in words.")
     shard_group: CitedShardGroup
+    logit_bytes: CitedLogitBytes          # bytes per logit alive at the loss when backward starts
+    selective_recompute: CitedSelectivePolicy  # what recompute "selective" keeps per layer
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 
