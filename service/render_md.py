@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.render_bands import band_note, interval
+
 
 def _gb(x: float | None) -> str:
     return "n/a" if x is None else f"{x / 1e9:,.1f} GB"
@@ -108,22 +110,29 @@ def _ranked(plan: dict[str, Any]) -> list[str]:
     if s.get("tied_layouts", 0) > 1:
         out += ["", f"Ranks 1-{s['tied_layouts']} are tied (within {s['tie_resolution']:.0%} of the "
                     f"fastest step time, the cost model's resolution): simplest first."]
-    rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", f"{d['mfu']:.1%}",
-             _gb(d["memory_per_gpu_bytes"]["total"]), "tied" if d.get("tied_with_best") else ""]
+    if s.get("band_sentence"):
+        out += ["", s["band_sentence"]]
+    rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", interval(d, "step_time_s", ".3f"),
+             f"{d['mfu']:.1%}", _gb(d["memory_per_gpu_bytes"]["total"]), "tied" if d.get("tied_with_best") else "",
+             "yes" if d.get("within_band_of_best") else ""]
             for i, d in enumerate(lays, 1)]
-    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "MFU", "memory/GPU", "tied"], rows)
+    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "step s, 80% band", "MFU", "memory/GPU",
+                            "tied", "within band of best"], rows)
     p = plan["prediction"]
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
     mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")
-    out += ["", f"**Recommended: {_lay(lays[0])}**: {p['step_time_s']:.2f} s per step, "
-            f"MFU {p['mfu']:.1%} (HFU {p['hfu']:.1%}), {p['tokens_per_s']:,.0f} tokens/s.",
+    out += ["", f"**Recommended: {_lay(lays[0])}**: {p['step_time_s']:.2f} s per step "
+            f"({interval(p, 'step_time_s')} s), MFU {p['mfu']:.1%} ({interval(p, 'mfu', '.1%')}; HFU "
+            f"{p['hfu']:.1%}), {p['tokens_per_s']:,.0f} tokens/s ({interval(p, 'tokens_per_s', ',.0f')}).",
             f"- time per step: {parts}",
             f"- memory per GPU: {mem}; total {_gb(p['memory_per_gpu_bytes']['total'])}"
             + (f" ({lays[0]['framework']} recipe: {lays[0]['memory_recipe']})" if lays[0].get("memory_recipe") else "")]
     if "wall_s" in p:
         out.append(f"- run at the predicted step time: {p['steps']:,} steps x {p['step_time_s']:.2f} s "
-                   f"= {p['days']:.2f} days, {p['gpu_hours']:,.0f} GPU-hours")
-    return out + _versus(plan)
+                   f"= {p['days']:.2f} days ({interval(p, 'days')}), {p['gpu_hours']:,.0f} GPU-hours "
+                   f"({interval(p, 'gpu_hours', ',.0f')})")
+    note = band_note(p)
+    return out + ([f"- {note}"] if note else []) + _versus(plan)
 
 
 def _versus(plan: dict[str, Any]) -> list[str]:
@@ -313,8 +322,12 @@ def render_estimate(est: dict[str, Any]) -> str:
                 f"({est['memory_recipe']['bytes_per_param']:.2f} B/param of model state)", ""]
     if "step_time_s" in est:
         t = est["time_breakdown_s"]
-        out += [f"**{est['step_time_s']:.3f} s per step**, MFU {est['mfu']:.1%}, HFU {est['hfu']:.1%}, "
-                f"{est['tokens_per_s']:,.0f} tokens/s", ""]
+        out += [f"**{est['step_time_s']:.3f} s per step** ({interval(est, 'step_time_s', '.3f')} s), MFU "
+                f"{est['mfu']:.1%} ({interval(est, 'mfu', '.1%')}), HFU {est['hfu']:.1%}, "
+                f"{est['tokens_per_s']:,.0f} tokens/s ({interval(est, 'tokens_per_s', ',.0f')}); "
+                f"memory total {interval(est, 'memory_total_bytes', '.1f', 1e9)} GB", ""]
+        note = band_note(est)
+        out += [note, ""] if note else []
         out += md_table(["time per step", "seconds"], [[k, f"{v:.3f}"] for k, v in t.items()]) + [""]
     out += md_table(["memory per GPU", "bytes"], rows)
     return "\n".join(out + [

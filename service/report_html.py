@@ -163,14 +163,23 @@ SUMMARY = (("Parameters", "parameters.total"), ("Model state, bytes", "memory.mo
            ("Tokens per step", "batch.tokens_per_step"), ("Optimizer steps", "batch.steps"),
            ("DP grad-sync lower bound, s", "communication.dp_grad_sync_lower_bound_s"),
            ("Predicted step time, s (best layout)", "prediction.step_time_s"),
-           ("Predicted MFU", "prediction.mfu"), ("Predicted wall time, days", "prediction.days"),
-           ("Predicted GPU-hours", "prediction.gpu_hours"))
+           ("  80% band, low", "prediction.step_time_s_low"), ("  80% band, high", "prediction.step_time_s_high"),
+           ("Predicted MFU", "prediction.mfu"), ("  80% band, low", "prediction.mfu_low"),
+           ("  80% band, high", "prediction.mfu_high"),
+           ("Predicted tokens/s", "prediction.tokens_per_s"), ("  80% band, low", "prediction.tokens_per_s_low"),
+           ("  80% band, high", "prediction.tokens_per_s_high"),
+           ("Predicted wall time, days", "prediction.days"), ("  80% band, low", "prediction.days_low"),
+           ("  80% band, high", "prediction.days_high"),
+           ("Predicted GPU-hours", "prediction.gpu_hours"), ("  80% band, low", "prediction.gpu_hours_low"),
+           ("  80% band, high", "prediction.gpu_hours_high"))
 
 
 def _layout_rows(layouts: list[dict[str, Any]], columns: tuple[str, ...]) -> list[list[Any]]:
-    """One row per plan layout: rank, layout fields, step time, MFU, memory (GB), fits."""
+    """One row per plan layout: rank, layout fields, step time and its 80% band, within band of
+    the best, MFU, memory (GB), fits."""
     return [[i] + [entry.get(c) for c in columns]
-            + [entry.get("step_time_s"), entry.get("mfu"),
+            + [entry.get("step_time_s"), entry.get("step_time_s_low"), entry.get("step_time_s_high"),
+               "yes" if entry.get("within_band_of_best") else "", entry.get("mfu"),
                None if _num(total := _dig(entry, "memory_per_gpu_bytes.total")) is None
                else total / 1e9, entry.get("fits")]
             for i, entry in enumerate(layouts, 1)]
@@ -311,7 +320,8 @@ def render_report(plan: dict[str, Any], report: dict[str, Any], plan_id: str) ->
     from solver.plan import LAYOUT_FIELDS  # the plan's layout fields, in contract order
 
     columns = (*LAYOUT_FIELDS, "framework")
-    layouts = _table(["#"] + list(columns) + ["step_time_s", "mfu", "memory GB/GPU", "fits"],
+    layouts = _table(["#"] + list(columns) + ["step_time_s", "80% band low", "80% band high",
+                                              "within band of best", "mfu", "memory GB/GPU", "fits"],
                      _layout_rows(plan.get("layouts") or [], columns), "layouts")
     charts = ""
     if rows:

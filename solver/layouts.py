@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
+from solver.cost.bands import with_bands
 from solver.cost.estimate import estimate_layout
+from solver.frameworks.profile import DEFAULT_FRAMEWORK
 from solver.errors import InfeasibleError
 from solver.plan import estimate_accounting, ladder_layouts, layout_fields
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
@@ -79,7 +81,8 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
 
 
 def prediction(best: dict[str, Any], steps: int | None, gpus: int) -> dict[str, Any]:
-    """Run time at the best layout's predicted step time (instead of the assumed MFU)."""
+    """Run time at the best layout's predicted step time (instead of the assumed MFU), each
+    figure with its 80% error band (`*_low`/`*_high`, solver.cost.bands)."""
     out = {"step_time_s": best["step_time_s"], "mfu": best["mfu"], "hfu": best["hfu"],
            "tokens_per_s": best["tokens_per_s"], "time_breakdown_s": best["time_breakdown_s"],
            "memory_per_gpu_bytes": best["memory_per_gpu_bytes"]}
@@ -87,7 +90,7 @@ def prediction(best: dict[str, Any], steps: int | None, gpus: int) -> dict[str, 
         wall = steps * best["step_time_s"]
         out.update({"steps": steps, "wall_s": wall, "days": wall / 86_400,
                     "gpu_hours": wall * gpus / 3600})
-    return out
+    return with_bands(out, best.get("framework", DEFAULT_FRAMEWORK))
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -104,7 +107,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     out = {**acc, **pred, "accounting": {"memory_per_gpu_bytes": acc["memory_per_gpu_bytes"],
                                          "fits_model_state_only": acc["fits"]}}
     out["memory_free_bytes"] = acc["memory_capacity_bytes"] - pred["memory_per_gpu_bytes"]["total"]
-    return out
+    return with_bands(out, training.framework)
 
 
 def ladder_or_none(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec):

@@ -10,6 +10,7 @@ from service.commands.framework_args import (
     add_framework_flag, add_search_flags, search_flag_options, with_framework,
 )
 from service.commands.plan import require_training
+from service.render_bands import interval
 from service.render_md import layout_gpus, md_table
 from solver.plan import LAYOUT_FIELDS
 from solver.presets import load_model
@@ -86,9 +87,13 @@ def render_search(result: dict[str, Any]) -> str:
     tie = tie_sentence(s)
     if tie:
         lines += [tie, ""]
-    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "mfu", "memory_GB", "tied"]
+    if s.get("band_sentence"):
+        lines += [s["band_sentence"], ""]
+    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "step_time_s 80% band", "mfu", "memory_GB",
+                                                   "tied", "within band of best"]
     rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
-            + [f"{r['step_time_s']:.3f}", f"{r['mfu']:.1%}",
-               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}", "tied" if r.get("tied_with_best") else ""]
+            + [f"{r['step_time_s']:.3f}", interval(r, "step_time_s", ".3f"), f"{r['mfu']:.1%}",
+               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}", "tied" if r.get("tied_with_best") else "",
+               "yes" if r.get("within_band_of_best") else ""]
             for r in result["layouts"]]
     return "\n".join(lines + md_table(head, rows))

@@ -5,6 +5,7 @@ import time
 from typing import Any, NoReturn
 from collections.abc import Callable
 
+from solver.cost.bands import mark_layouts
 from solver.errors import InfeasibleError, Problem, SolverTimeoutError, SpecError
 from solver.search.cpsat import LayoutModel
 from solver.search.driver import Evaluator, optimize, ranked_window
@@ -184,7 +185,8 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     Returns (search summary, layouts best first); each layout dict carries the layout
     fields, gpus, step_time_s, mfu, hfu, tokens_per_s, fits, time_breakdown_s,
     memory_per_gpu_bytes (by component, with model_state and total), memory_headroom_bytes
-    (usable minus total) and memory_free_bytes (capacity minus the predicted total).
+    (usable minus total) and memory_free_bytes (capacity minus the predicted total), with the
+    80% error band of each timing (`*_low`/`*_high`) and within_band_of_best (solver.cost.bands).
     Raises: InfeasibleError (with the explanation) when nothing fits.
     """
     res = search_layouts(model, cluster, training, options)
@@ -199,7 +201,7 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         d["memory_free_bytes"] = cluster.gpu.memory_bytes - d["memory_per_gpu_bytes"]["total"]
         layouts.append(d)
     summary = {"method": "CP-SAT search, exact for the cost model", **res.as_dict()["search"]}
-    return summary, layouts
+    return summary, mark_layouts(layouts, res.step_band)  # *_low/*_high, within_band_of_best
 
 
 def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout,

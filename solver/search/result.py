@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import math
 from typing import Any, Literal
 
+from solver.cost.bands import band_sentence, mark_layouts
 from solver.search.ties import TIE_RESOLUTION, rank_with_ties
 from solver.specs import LayoutSpec
 
@@ -62,6 +63,10 @@ class SearchResult:
     # Every layout the search confirmed (unranked): its top K by objective and every layout
     # tied with its best, so that merged searches rank exactly (merge_ranked). Not serialized.
     candidates: list[RankedLayout] = field(default_factory=list, repr=False)
+    # The step-time error band of a calibrated profile (solver.cost.bands.Band); None: the
+    # shipped band of each layout's framework. Each layout carries *_low/*_high fields and
+    # within_band_of_best (solver.cost.bands.mark_layouts).
+    step_band: Any = None
 
     @property
     def gpus_used(self) -> list[int]:
@@ -73,14 +78,17 @@ class SearchResult:
         return self.layouts[0] if self.layouts else None
 
     def as_dict(self) -> dict[str, Any]:
+        layouts = mark_layouts([r.as_dict() for r in self.layouts], self.step_band)
         return {
-            "layouts": [r.as_dict() for r in self.layouts],
+            "layouts": layouts,
             "search": {"status": self.status, "seconds": self.seconds, "objective": self.objective,
                        "bound_units": self.bound_units, "gap": self.gap, "solves": self.solves,
                        "evaluated": self.evaluated, "notes": self.notes, "phases": self.phases,
                        "gpus_available": self.gpus_available, "gpus_used": self.gpus_used,
                        "fallback": self.fallback, "tie_resolution": self.tie_resolution,
-                       "tied_layouts": sum(r.tied_with_best for r in self.layouts)},
+                       "tied_layouts": sum(r.tied_with_best for r in self.layouts),
+                       "within_band_layouts": sum(d["within_band_of_best"] for d in layouts),
+                       "band_sentence": band_sentence(layouts)},
             "explanation": self.explanation,
         }
 
