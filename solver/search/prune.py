@@ -15,8 +15,11 @@ all later ones, unless its bound is within the tie limit (solver.search.ties) of
 layout seen. Within the kept groups a pipeline row is kept only when its best fitting
 layout (exact, from the same evaluation) is within the K-th best objective or the tie
 limit: no other row can hold a top-K or tied layout (interleaving counts of a 1,000-layer
-model would otherwise all enter the tables). With a deadline (min_gpus_deadline), a group whose bound times the run's
-steps passes the deadline is dropped, and only layouts surely within it count toward K.
+model would otherwise all enter the tables). A group's interleaved rows are evaluated only
+when one of its vpp 1 rows fits (they hold at least the same activations), and when nothing
+fits anywhere the vpp 1 rows alone are kept for the explanation. With a deadline
+(min_gpus_deadline), a group whose bound times the run's steps passes the deadline is
+dropped, and only layouts surely within it count toward K.
 With options.split_stages every stage is charged separately (solver.cost.step,
 compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
 (m + (pp - 1) / v) with sum_r t_r >= L x layer_s + head_extra_s is the bound instead.
@@ -89,8 +92,9 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
                 heapq.heappush(worst_k, -obj)
             elif obj < -worst_k[0]:
                 heapq.heapreplace(worst_k, -obj)
-    if not worst_k:  # nothing fits: keep the groups (the caller explains why)
-        return [k for k in keys if pipe_group(k) in kept]
+    if not row_best:  # nothing fits (_group_values: nor does any interleaved row): the groups'
+        flat = [k for k in keys if pipe_group(k) in kept and k[4] == 1]  # vpp 1 rows stand for them
+        return flat or [k for k in keys if pipe_group(k) in kept]
     # Row level: a pipeline row whose best fitting layout is past the K-th best objective and
     # the tie limit (or that fits with no shard row) holds no top-K or tied layout.
     cut = max(-worst_k[0], tied) * (1 + MARGIN) + 1.0 if len(worst_k) >= options.top_k else math.inf
@@ -124,13 +128,25 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[tuple[tuple
     DP/optimizer part)."""
     tp, pp, cp, dp, sp, mb = g
     m = accum(dp, mb)
-    out = []
+    out: list[tuple[tuple, float]] = []
     shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.zero_stages(tp, pp, cp)]
-    for key in rows:
+
+    def values(key: tuple) -> None:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
         for shard, dp_s in shards:
             _, pipe_s, total = t.choice(shard, vpp, rcn, m)  # the split the search assigns the pair
             if total <= t.usable:
                 out.append((key, pipe_s + dp_s))
+
+    flat = [k for k in rows if k[4] == 1]
+    for key in flat:
+        values(key)
+    # An interleaved row holds at least the activations of its vpp = 1 row (same recompute
+    # level and shard: memory.in_flight_microbatches, on the same L/pp layers; no other memory
+    # term reads vpp), so when no vpp = 1 row fits, none of them does either.
+    skip = set() if out else {k[7] for k in flat}
+    for key in rows:
+        if key[4] > 1 and key[7] not in skip:
+            values(key)
     return out
 
