@@ -240,7 +240,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     params = parameter_counts(model, training.seq_len)
     n = params.total
     state = model_state_bytes(n, training.precision)
-    flops = training_flops(model, training, n)
+    flops = training_flops(model, training, params.active)
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
     search, layouts = (rank_layouts or searched_layouts)(model, cluster, training)
     ladder, rungs = ladder_or_none(model, cluster, training)
@@ -320,5 +320,7 @@ def _flops_dict(f: Flops) -> dict[str, Any]:
         "attention_non_causal": f.attention_full, "attention_causal": f.attention_causal,
         "total_non_causal": f.parameter_matmul + f.attention_full,
         "total_causal": f.parameter_matmul + f.attention_causal,
-        "formula": "6 N T (Kaplan et al. 2020) + 12 S T (H dh) L (seed; causal halves it)",
+        "formula": "6 N T (Kaplan et al. 2020) + 12 S T (H dh) L (seed; causal halves it); "
+                   "N = parameters a token uses (all of a dense model; MoE: shared and top-k "
+                   "routed experts); MLA: 6 S T H (d_qk + d_v) L",
     }

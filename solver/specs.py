@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName
+from solver.model_parts import MLASpec, MoESpec, QkNorm
 from topology.spec import StrictModel
 
 Recompute = Literal["none", "selective", "full"]
@@ -21,7 +22,8 @@ DEFAULT_RANK_ORDER: RankOrder = "tp-cp-dp-pp"
 
 
 class ModelSpec(StrictModel):
-    """A dense decoder-only transformer."""
+    """A decoder-only transformer: dense, or with mixture-of-experts FFN layers (`moe`) and/or
+    multi-head latent attention (`mla`)."""
 
     name: str = Field(default="model", min_length=1, max_length=200, description="Model name.")
     layers: int = Field(ge=1, le=1_024, description="Transformer layers (L); published dense models use <= ~200.")
@@ -51,11 +53,37 @@ class ModelSpec(StrictModel):
     max_positions: int | None = Field(
         default=None, ge=1, le=100_000_000,
         description="Learned position table size; defaults to the training seq_len.")
+    qk_norm: QkNorm = Field(
+        default="none",
+        description="RMSNorm on queries and keys: 'head' normalizes each head (Qwen3: 2 x head_dim "
+                    "scales per layer), 'full' the whole projection (OLMoE: H dh + K dh scales).")
+    moe: MoESpec | None = Field(
+        default=None, description="Mixture-of-experts FFN layers; None for a dense model.")
+    mla: MLASpec | None = Field(
+        default=None, description="Multi-head latent attention (DeepSeek-V2/V3); None for MHA/GQA.")
+    mtp_layers: int = Field(
+        default=0, ge=0, le=16,
+        description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); their "
+                    "parameters are reported apart from the main model's total.")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        if self.moe is not None and self.moe.moe_layer_count(self.layers) == 0:
+            raise ValueError(f"moe: no layer of {self.layers} is a MoE layer (first_dense_layers "
+                             f"{self.moe.first_dense_layers}, layer_step {self.moe.layer_step})")
+        if self.mla is not None:
+            if self.kv_heads != self.heads:
+                raise ValueError(f"kv_heads: MLA keeps one key/value head per query head ({self.heads})")
+            if self.head_dim != self.mla.qk_head_dim:
+                raise ValueError(f"head_dim: with MLA it is qk_nope_head_dim + qk_rope_head_dim "
+                                 f"({self.mla.qk_head_dim})")
+        if (self.moe is not None or self.mla is not None) and (self.bias or self.position_embedding != "rope"):
+            raise ValueError("bias: linear biases and learned positions are not modelled with MoE or MLA "
+                             "(none of the supported MoE/MLA families has them)")
+        if self.mtp_layers and self.moe is None:
+            raise ValueError("mtp_layers: modelled for DeepSeek-V3-style MoE models only")
         return self
 
 

@@ -9,16 +9,25 @@ Kaplan et al. 2020 (6 N T); ring all-reduce bound from Patarasuk & Yuan 2009.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
+from solver.cost.moe_params import mla_params, moe_block_params, mtp_params, qk_norm_params
 from solver.errors import SpecError
 from solver.specs import LayoutSpec, ModelSpec, PrecisionRecipe, TrainingSpec
 
 
 @dataclass(frozen=True)
 class ParameterCounts:
-    """Exact parameter counts by component."""
+    """Exact parameter counts by component.
+
+    Dense layers hold attention + FFN + norms (`per_layer`); MoE layers hold attention + norms
+    + the MoE block (`moe_ffn_per_layer`: every routed and shared expert, router and gates).
+    `active` counts what one token uses: all non-expert parameters, embedding and LM head
+    included (Mistral AI's convention for Mixtral's "12.9B active"), the shared experts and
+    top-k of the routed experts. Multi-token-prediction modules (`mtp`) are outside `total`.
+    """
 
     embedding: int
     position_embedding: int
@@ -28,22 +37,51 @@ class ParameterCounts:
     norms_per_layer: int
     final_norm: int
     layers: int
+    moe_layers: int = 0
+    moe_ffn_per_layer: int = 0
+    moe_ffn_active_per_layer: int = 0
+    mtp: int = 0
 
     @property
     def per_layer(self) -> int:
+        """One dense layer."""
         return self.attention_per_layer + self.ffn_per_layer + self.norms_per_layer
 
     @property
+    def moe_per_layer(self) -> int:
+        """One MoE layer, all experts."""
+        return self.attention_per_layer + self.moe_ffn_per_layer + self.norms_per_layer
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
     def transformer_layers(self) -> int:
-        return self.layers * self.per_layer
+        return self.dense_layers * self.per_layer + self.moe_layers * self.moe_per_layer
+
+    @property
+    def _outside_layers(self) -> int:
+        return self.embedding + self.position_embedding + self.lm_head + self.final_norm
 
     @property
     def total(self) -> int:
-        return (self.embedding + self.position_embedding + self.lm_head
-                + self.transformer_layers + self.final_norm)
+        return self._outside_layers + self.transformer_layers
+
+    @property
+    def active(self) -> int:
+        """Parameters one token uses (equals total for a dense model)."""
+        active_moe = self.attention_per_layer + self.moe_ffn_active_per_layer + self.norms_per_layer
+        return self._outside_layers + self.dense_layers * self.per_layer + self.moe_layers * active_moe
+
+    @property
+    def active_without_input_embedding(self) -> int:
+        """`active` less the input embedding table (a lookup, no FLOPs): DeepSeek's convention
+        ("36.6B activated, including 0.9B for the output head", DeepSeek-V3 README_WEIGHTS.md)."""
+        return self.active - self.embedding - self.position_embedding
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        out = {
             "embedding": self.embedding, "position_embedding": self.position_embedding,
             "lm_head": self.lm_head, "attention_per_layer": self.attention_per_layer,
             "ffn_per_layer": self.ffn_per_layer, "norms_per_layer": self.norms_per_layer,
@@ -51,6 +89,14 @@ class ParameterCounts:
             "transformer_layers": self.transformer_layers, "final_norm": self.final_norm,
             "total": self.total,
         }
+        if self.moe_layers:
+            out.update({"dense_layers": self.dense_layers, "moe_layers": self.moe_layers,
+                        "moe_ffn_per_layer": self.moe_ffn_per_layer,
+                        "moe_ffn_active_per_layer": self.moe_ffn_active_per_layer,
+                        "moe_per_layer": self.moe_per_layer, "active": self.active,
+                        "active_without_input_embedding": self.active_without_input_embedding,
+                        "mtp": self.mtp})
+        return out
 
 
 def attention_params(m: ModelSpec) -> int:
@@ -58,18 +104,23 @@ def attention_params(m: ModelSpec) -> int:
 
     Biases: `bias` gives Q, K, V and O theirs; `qkv_bias` only Q, K and V (Megatron-Core
     attention.py: linear_qkv has bias=add_bias_linear or add_qkv_bias, linear_proj only
-    add_bias_linear; NVIDIA/Megatron-LM d98e8a64; HF Qwen2Attention, transformers 00d4b3d2)."""
+    add_bias_linear; NVIDIA/Megatron-LM d98e8a64; HF Qwen2Attention, transformers 00d4b3d2).
+    MLA: solver.cost.moe_params.mla_params. QK norms: moe_params.qk_norm_params."""
+    if m.mla is not None:
+        return mla_params(m) + qk_norm_params(m)
     q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
     weights = 2 * m.hidden * q_width + 2 * m.hidden * kv_width
     qkv_biases = (q_width + 2 * kv_width) if (m.bias or m.qkv_bias) else 0
-    return weights + qkv_biases + (m.hidden if m.bias else 0)
+    return weights + qkv_biases + (m.hidden if m.bias else 0) + qk_norm_params(m)
 
 
-def ffn_params(m: ModelSpec) -> int:
-    """Gated (SwiGLU): gate, up (D x F) and down (F x D) = 3DF; plain: 2DF (Shazeer 2020)."""
+def ffn_params(m: ModelSpec, width: int | None = None) -> int:
+    """Gated (SwiGLU): gate, up (D x F) and down (F x D) = 3DF; plain: 2DF (Shazeer 2020).
+    `width` defaults to the dense FFN's (F = ffn_hidden); experts pass theirs."""
+    f = m.ffn_hidden if width is None else width
     matrices = 3 if m.ffn_gated else 2
-    biases = ((2 if m.ffn_gated else 1) * m.ffn_hidden + m.hidden) if m.bias else 0
-    return matrices * m.hidden * m.ffn_hidden + biases
+    biases = ((2 if m.ffn_gated else 1) * f + m.hidden) if m.bias else 0
+    return matrices * m.hidden * f + biases
 
 
 def norm_params(m: ModelSpec) -> int:
@@ -88,7 +139,8 @@ def parameter_counts(m: ModelSpec, seq_len: int | None = None) -> ParameterCount
         if size is None:
             raise SpecError("model.max_positions: learned position embeddings need a table size")
         positions = size * m.hidden
-    return ParameterCounts(
+    moe_total, moe_active = moe_block_params(m, ffn_params)
+    counts = ParameterCounts(
         embedding=m.vocab * m.hidden,
         position_embedding=positions,
         lm_head=0 if m.tied_embeddings else m.vocab * m.hidden,
@@ -97,7 +149,11 @@ def parameter_counts(m: ModelSpec, seq_len: int | None = None) -> ParameterCount
         norms_per_layer=2 * norm_params(m),  # pre-attention and pre-FFN norms
         final_norm=norm_params(m),
         layers=m.layers,
+        moe_layers=m.moe.moe_layer_count(m.layers) if m.moe else 0,
+        moe_ffn_per_layer=moe_total,
+        moe_ffn_active_per_layer=moe_active,
     )
+    return dataclasses.replace(counts, mtp=mtp_params(m, counts.moe_per_layer))
 
 
 @dataclass(frozen=True)
@@ -160,12 +216,20 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
 
     Forward: QK^T and AV are 2 matmuls of 2*S*H*dh FLOPs per token each (4 S H dh);
     backward twice that; total 12 S H dh per layer (seed plan; Narayanan et al. 2021 eq. 3).
+    MLA's real shapes: QK^T runs over the query/key head size (d_nope + d_rope) and AV over
+    the value head size d_v, so the sum is 6 S H (d_qk + d_v) L (DeepSeek-V2 eqs. 9-19;
+    with d_qk = d_v = dh it is the formula above).
     """
+    if m.mla is not None:
+        return 6.0 * seq_len * m.heads * (m.mla.qk_head_dim + m.mla.v_head_dim) * m.layers
     return 12.0 * seq_len * m.heads * m.head_dim * m.layers
 
 
 def training_flops(m: ModelSpec, t: TrainingSpec, params: int) -> Flops:
     """Model FLOPs for the run: 6 N T (Kaplan et al. 2020) plus attention, both conventions.
+
+    N is the parameters one token passes: ParameterCounts.active (the total for a dense
+    model; for MoE the shared and top-k routed experts only).
 
     Raises: SpecError when training.tokens is not given.
     """

@@ -18,6 +18,7 @@ from solver.cost.communication import (
     allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
 )
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
+from solver.model_parts import refuse_unmodelled
 from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
 from topology.spec import ClusterSpec
@@ -35,6 +36,9 @@ class CostContext:
     training: TrainingSpec
     options: CostOptions = DEFAULT_OPTIONS
     rank_order: str = DEFAULT_RANK_ORDER  # LayoutSpec.rank_order: the placement the links assume
+
+    def __post_init__(self) -> None:
+        refuse_unmodelled(self.model, "the step-time model")
 
     @cached_property
     def params(self) -> ParameterCounts:

@@ -93,12 +93,19 @@ def test_gemma_missing_tie_means_tied():
 
 
 def test_missing_tie_of_unknown_model_type_is_refused():
+    # A model_type no reader knows is refused outright (issue 13: never planned as something
+    # else), with or without tie_word_embeddings; without a model_type the tie must be stated.
     cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "intermediate_size": 128, "vocab_size": 100, "model_type": "somethingnew"}
+    for extra in ({}, {"tie_word_embeddings": False}):
+        with pytest.raises(SpecError) as e:
+            load_model({**cfg, **extra})
+        assert [p.field for p in e.value.problems] == ["model.model_type"]
+    bare = {k: v for k, v in cfg.items() if k != "model_type"}
     with pytest.raises(SpecError) as e:
-        load_model(cfg)
+        load_model(bare)
     assert [p.field for p in e.value.problems] == ["model.tie_word_embeddings"]
-    assert not load_model({**cfg, "tie_word_embeddings": False}).tied_embeddings
+    assert not load_model({**bare, "tie_word_embeddings": False}).tied_embeddings
 
 
 def test_hf_config_missing_key_names_it():

@@ -1,0 +1,20 @@
+"""HTTP: a mixture-of-experts config.json the readers do not understand, or one the step-time
+model does not cover yet, is a 4xx naming the field, never a dense plan."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.service.conftest import problems
+
+HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def test_moe_configs_are_refused_by_field(client):
+    cfg = json.loads((HF / "mixtral-8x7b" / "config.json").read_text())
+    r = client.post("/v1/plans", json={"model": {**cfg, "moe_capacity": 1.0}, "cluster": "seed-512",
+                                       "training": "seed-300b"})
+    assert r.status_code == 422 and "model.moe_capacity" in problems(r)
+    r = client.post("/v1/estimate", json={"model": cfg, "cluster": "seed-512", "training": "seed-300b",
+                                          "layout": {"tp": 8, "dp": 64}})
+    assert 400 <= r.status_code < 500 and "model.moe" in problems(r)
