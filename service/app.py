@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from service.routers import estimate, health, layouts, plans, presets
 from service.routers.errors import install_error_handlers
+from service.routers.openapi import install_docs
 from service.settings import Settings, get_settings
 from service.store import PlanStore
 from service.workers import WorkerPool
@@ -131,13 +132,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store.close()
 
     app = FastAPI(title="trainplan", version="0.1.0", description=DESCRIPTION,
-                  docs_url="/docs", redoc_url=None, lifespan=lifespan)
+                  docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.settings = settings
     app.state.store = PlanStore(settings.database_url, migrate=settings.migrate_on_start,
                                 retention_s=settings.plan_retention_s)
     app.state.pool = WorkerPool(settings.max_concurrent_solves, settings.queue_wait_s,
                                 settings.worker_max_rss_bytes)
     install_error_handlers(app)
+    install_docs(app)
     for module in (health, presets, plans, layouts, estimate):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,

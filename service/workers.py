@@ -171,7 +171,11 @@ class WorkerPool:
 
     async def _exchange(self, worker: _Worker, kind, payload, deadline, disconnected, run) -> Any:
         loop = asyncio.get_running_loop()
-        worker.conn.send((kind, payload))
+        try:
+            worker.conn.send((kind, payload))
+        except OSError:  # the worker died while idle (killed from outside, out of memory)
+            raise JobStopped("crashed", "the solve worker had died; retry", run.stages,
+                             time.monotonic() - run.started) from None
         readable = asyncio.Event()
         loop.add_reader(worker.conn.fileno(), readable.set)
         try:

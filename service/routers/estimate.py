@@ -6,13 +6,14 @@ from fastapi.responses import JSONResponse
 
 from service.routers.common import require_token
 from service.routers.dispatch import run_job
-from service.routers.schemas import EstimateIn, error_responses
+from service.routers.schemas import EstimateOut, EstimateIn, error_responses
 
 router = APIRouter(prefix="/v1", tags=["estimate"], dependencies=[Depends(require_token)])
 
 
 @router.post("/estimate", summary="Estimate one layout (the JSON of `trainplan estimate`)",
-             responses=error_responses(401, 413, 415, 422, 503, 504))
+             responses={200: {"model": EstimateOut},
+                        **error_responses(401, 413, 415, 422, 503, 504)})
 async def post_estimate(body: EstimateIn, request: Request) -> JSONResponse:
     """Parsing and the estimate run in a solve worker (service.jobs.estimate_job)."""
     return JSONResponse(await run_job(request, "estimate", body.model_dump(exclude_unset=True)))

@@ -6,14 +6,15 @@ from fastapi.responses import JSONResponse
 
 from service.routers.common import require_token
 from service.routers.dispatch import run_job
-from service.routers.schemas import LayoutsIn, error_responses
+from service.routers.schemas import LayoutsOut, LayoutsIn, error_responses
 
 router = APIRouter(prefix="/v1", tags=["layouts"], dependencies=[Depends(require_token)])
 
 
 @router.post("/layouts", summary="Ranked layouts with Megatron-LM / torchtitan / DeepSpeed "
              "configs and rank placement",
-             responses=error_responses(401, 413, 415, 422, 503, 504))
+             responses={200: {"model": LayoutsOut},
+                        **error_responses(401, 413, 415, 422, 503, 504)})
 async def post_layouts(body: LayoutsIn, request: Request) -> JSONResponse:
     """Parsing, search and exports run in a solve worker (service.jobs.layouts_job)."""
     return JSONResponse(await run_job(request, "layouts", body.model_dump(exclude_unset=True)))

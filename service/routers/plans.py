@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.routers.common import app_store, require_token
 from service.routers.dispatch import run_job
-from service.routers.schemas import PlanIn, error_responses
+from service.routers.schemas import PlanIn, PlanOut, error_responses
 from service.store import PlanStore, StoredPlan
 
 router = APIRouter(prefix="/v1", tags=["plans"], dependencies=[Depends(require_token)])
@@ -29,7 +29,7 @@ def _body(stored: StoredPlan, limits: dict | None = None) -> dict:
     return out
 
 
-@router.post("/plans", status_code=201, responses=_ERRORS,
+@router.post("/plans", status_code=201, responses={201: {"model": PlanOut}, **_ERRORS},
              summary="Plan a run: the full plan of `trainplan plan` plus an id; stored")
 async def create_plan(body: PlanIn, request: Request,
                       store: PlanStore = Depends(app_store)) -> JSONResponse:
@@ -49,7 +49,8 @@ def _get(store: PlanStore, plan_id: str) -> StoredPlan:
     return stored
 
 
-@router.get("/plans/{plan_id}", responses=_ERRORS, summary="A stored plan")
+@router.get("/plans/{plan_id}", responses={200: {"model": PlanOut}, **_ERRORS},
+            summary="A stored plan")
 def get_plan(plan_id: str = PlanId, store: PlanStore = Depends(app_store)) -> JSONResponse:
     return JSONResponse(_body(_get(store, plan_id)))
 

@@ -95,8 +95,11 @@ class ProblemOut(BaseModel):
 
 class ErrorDetail(BaseModel):
     status: int = Field(examples=[422])
-    type: str = Field(description="invalid_input, infeasible, not_found, unauthorized, too_large, "
-                                  "saturated, solver_timeout, internal", examples=["invalid_input"])
+    type: str = Field(description="invalid_input, infeasible, over_capacity, not_found, "
+                                  "unauthorized, too_large, unsupported_media_type, timeout, "
+                                  "saturated, store_unavailable, memory_exceeded, "
+                                  "worker_crashed, solver_timeout, deadline_exceeded, internal",
+                      examples=["invalid_input"])
     message: str
     problems: list[ProblemOut] = Field(default_factory=list)
     explanation: dict[str, Any] | None = Field(
@@ -124,3 +127,62 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
             504: "the request's deadline (TRAINPLAN_MAX_TIME_LIMIT_S) passed; `progress` says "
                  "which stages were done"}
     return {c: {"model": ErrorOut, "description": text[c]} for c in codes}
+
+
+class _Out(BaseModel):
+    """Success bodies carry more fields than listed (documented in README and /docs)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class LayoutOut(_Out):
+    """One ranked layout (Megatron-LM terms) with its exports and placement."""
+
+    rank: int = Field(ge=1)
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    vpp: int
+    zero_stage: int
+    micro_batch: int
+    recompute: str
+    sequence_parallel: bool
+    gpus: int
+    step_time_s: float | None = Field(description="Predicted seconds per optimizer step.")
+    launchers: dict[str, Any] = Field(description="megatron, torchtitan, deepspeed exports.")
+    placement: dict[str, Any] = Field(description="Rank -> [node, GPU] placement.")
+
+
+class LayoutsOut(_Out):
+    """POST /v1/layouts: ranked layouts, best first."""
+
+    layouts: list[LayoutOut]
+    search: dict[str, Any] = Field(description="Solver status, timings, phases.")
+    limits: dict[str, Any] = Field(description="Time limit, workers, deadline and work "
+                                               "estimate applied to this request.")
+
+
+class PlanLinks(BaseModel):
+    self: str
+    report: str
+
+
+class PlanOut(_Out):
+    """POST /v1/plans and GET /v1/plans/{id}: the plan of `trainplan plan`, stored."""
+
+    id: str = Field(min_length=32, max_length=32)
+    created_at: str = Field(description="ISO 8601, UTC.")
+    links: PlanLinks
+    layouts: list[dict[str, Any]]
+    parameters: dict[str, Any]
+
+
+class EstimateOut(_Out):
+    """POST /v1/estimate: one layout's accounting and prediction."""
+
+    fits: bool
+    gpus: int
+    step_time_s: float | None
+    memory_per_gpu_bytes: dict[str, Any]
+    layout: dict[str, Any]

@@ -36,10 +36,9 @@ def make_client(db_url):
         c.__exit__(None, None, None)  # lifespan end: workers killed, store closed
 
 
-@pytest.fixture
-def live_server_factory(db_url):
-    """Start uvicorn serving create_app(Settings(**overrides)) on 127.0.0.1:<ephemeral>;
-    returns its base URL. Every server started is stopped (and its workers killed) at the end."""
+def start_live_server(**settings) -> tuple[str, object]:
+    """uvicorn serving create_app(Settings(**settings)) on 127.0.0.1:<ephemeral>, its solve
+    workers up; returns (base URL, stop())."""
     import asyncio
     import socket
     import threading
@@ -47,29 +46,41 @@ def live_server_factory(db_url):
 
     import uvicorn
 
-    started = []
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = create_app(Settings(**settings))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                              daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not (server.started and app.state.pool.healthy()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started and app.state.pool.healthy(), "uvicorn or its workers did not start"
 
-    def start(**overrides) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        app = create_app(Settings(**{"database_url": db_url, **overrides}))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
-                                  daemon=True)
-        thread.start()
-        started.append((server, thread, sock))
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started, "uvicorn did not start"
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    yield start
-    for server, thread, sock in started:
+    def stop() -> None:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
+
+
+@pytest.fixture
+def live_server_factory(db_url):
+    """Start uvicorn serving create_app(Settings(**overrides)) on 127.0.0.1:<ephemeral>;
+    returns its base URL. Every server started is stopped (and its workers killed) at the end."""
+    stops = []
+
+    def start(**overrides) -> str:
+        base, stop = start_live_server(**{"database_url": db_url, **overrides})
+        stops.append(stop)
+        return base
+
+    yield start
+    for stop in stops:
+        stop()
 
 
 @pytest.fixture

@@ -65,3 +65,39 @@ def test_warns_without_token_on_a_public_address(monkeypatch, capsys):
     monkeypatch.setenv("TRAINPLAN_API_TOKEN", "t")
     assert serve.run(_args("0.0.0.0")) == 0 and capsys.readouterr().err == ""
     assert len(calls) == 3
+
+
+def test_docs_are_self_hosted(client):
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        assert "/docs-assets/" in html and "cdn" not in html.lower() and "googleapis" not in html
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+        r = client.get(f"/docs-assets/{asset}")
+        assert r.status_code == 200 and len(r.content) > 10_000
+
+
+def test_openapi_types_the_spec_fields(client):
+    """Request spec fields are the server's own models, presets as enums; success bodies
+    typed; error bodies JSON (also on the HTML report route)."""
+    doc = client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    model = schemas["LayoutsIn"]["properties"]["model"]["anyOf"]
+    assert "seed-70b" in model[0]["enum"] and model[1] == {"$ref": "#/components/schemas/ModelSpec"}
+    assert schemas["ModelSpec"]["properties"]["layers"]["type"] == "integer"
+    gpu = schemas["ClusterSpec"]["properties"]["gpu"]["anyOf"]
+    assert "h100-sxm-80gb" in gpu[0]["enum"]
+    assert schemas["EstimateIn"]["properties"]["layout"] == {
+        "$ref": "#/components/schemas/LayoutSpec", "description": "The layout (Megatron-LM terms)."}
+    post = doc["paths"]["/v1/layouts"]["post"]["responses"]
+    assert post["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/LayoutsOut")
+    report = doc["paths"]["/v1/plans/{plan_id}/report"]["get"]["responses"]["404"]["content"]
+    assert list(report) == ["application/json"]
+
+
+def test_security_declared_only_with_a_token(make_client):
+    open_doc = make_client().get("/openapi.json").json()
+    assert "securitySchemes" not in open_doc["components"]
+    assert not any("security" in op for p in open_doc["paths"].values() for op in p.values())
+    closed = make_client(api_token="t").get("/openapi.json").json()
+    assert "HTTPBearer" in closed["components"]["securitySchemes"]
+    assert closed["paths"]["/v1/layouts"]["post"]["security"] == [{"HTTPBearer": []}]
