@@ -46,11 +46,13 @@ def current(engine: Engine) -> str | None:
 
 @contextmanager
 def _file_lock(engine: Engine) -> Iterator[None]:
-    database = engine.url.database
-    if engine.url.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+    from service.store import sqlite_file
+
+    path = sqlite_file(engine.url)
+    if path is None or engine.url.query.get("mode") == "ro":  # nothing to lock
         yield
         return
-    with open(f"{Path(database).expanduser()}.migrate-lock", "w") as lock:
+    with open(f"{path}.migrate-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -53,10 +53,23 @@ def _reason(exc: SQLAlchemyError) -> str:
     return str(origin).strip().splitlines()[0][:200] if str(origin).strip() else type(exc).__name__
 
 
+def sqlite_file(url) -> Path | None:
+    """The database file of an SQLite URL (also of a `file:...?uri=true` one); None for
+    other databases and in-memory ones."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        database = database[len("file:"):].split("?", 1)[0]
+    return Path(database).expanduser()
+
+
 def _engine(url: str) -> Engine:
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(parsed)
+    if path is not None and parsed.query.get("mode") != "ro":
+        path.parent.mkdir(parents=True, exist_ok=True)
     # A database that is down must fail fast (a 503 now), not hang a request.
     connect_args = {"connect_timeout": 3} if parsed.get_backend_name() == "postgresql" else {}
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
