@@ -50,10 +50,10 @@ def test_retention_hides_and_purges_old_plans(tmp_path):
 
     from service.store import plans_table
 
-    store = PlanStore(f"sqlite:///{tmp_path / 'p.db'}", retention_s=0.2)
+    store = PlanStore(f"sqlite:///{tmp_path / 'p.db'}", retention_s=2.0)
     old = store.save({}, {}, {})
     assert store.get(old.id) == old
-    time.sleep(0.3)
+    time.sleep(2.1)
     assert store.get(old.id) is None  # expired: reads as absent at once
     store._last_purge = 0.0
     new = store.save({}, {}, {})  # the save purges what expired
