@@ -171,6 +171,7 @@ def worker_main(conn, max_rss_bytes: int) -> None:
 
     global _report
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops workers itself
+    os.nice(5)  # solves yield the CPU to the event loop (probes, admission, replies)
     _report = lambda name: conn.send(("stage", name))  # noqa: E731
     while True:
         try:
