@@ -14,7 +14,7 @@ from typing import Any
 from collections.abc import Callable
 
 from solver.cost.accounting import (
-    Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
+    FLOP_CONVENTION, Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
     ring_allreduce_lower_bound_s, run_time, training_flops,
 )
 from solver.errors import InfeasibleError, Problem, SpecError
@@ -251,7 +251,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         "inputs": {"model": model.model_dump(mode="json"),
                    "cluster": cluster.model_dump(mode="json"),
                    "training": training.model_dump(mode="json")},
-        "parameters": {"total": n, "by_component": params.as_dict()},
+        "parameters": {"total": n, "active": params.active, "by_component": params.as_dict()},
         "memory": {
             "model_state_bytes": state.total,
             "by_component": {"weights": state.weights, "gradients": state.gradients,
@@ -323,4 +323,5 @@ def _flops_dict(f: Flops) -> dict[str, Any]:
         "formula": "6 N T (Kaplan et al. 2020) + 12 S T (H dh) L (seed; causal halves it); "
                    "N = parameters a token uses (all of a dense model; MoE: shared and top-k "
                    "routed experts); MLA: 6 S T H (d_qk + d_v) L",
+        "convention": FLOP_CONVENTION,
     }

@@ -71,8 +71,13 @@ class ParameterCounts:
     @property
     def active(self) -> int:
         """Parameters one token uses (equals total for a dense model)."""
+        return self._outside_layers + self.active_transformer_layers
+
+    @property
+    def active_transformer_layers(self) -> int:
+        """Layer parameters one token uses (transformer_layers for a dense model)."""
         active_moe = self.attention_per_layer + self.moe_ffn_active_per_layer + self.norms_per_layer
-        return self._outside_layers + self.dense_layers * self.per_layer + self.moe_layers * active_moe
+        return self.dense_layers * self.per_layer + self.moe_layers * active_moe
 
     @property
     def active_without_input_embedding(self) -> int:
@@ -223,6 +228,13 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     if m.mla is not None:
         return 6.0 * seq_len * m.heads * (m.mla.qk_head_dim + m.mla.v_head_dim) * m.layers
     return 12.0 * seq_len * m.heads * m.head_dim * m.layers
+
+
+# The FLOP convention every MFU and run-time figure uses, printed beside them.
+FLOP_CONVENTION = ("model FLOPs = 6 N_active T + attention; N_active = parameters one token "
+                   "passes (a dense model's total; MoE: non-expert parameters, embedding and LM "
+                   "head included, shared and top-k routed experts); attention 12 S T H dh L, "
+                   "MLA 6 S T H (d_qk + d_v) L; MFU = model FLOPs / (time x peak)")
 
 
 def training_flops(m: ModelSpec, t: TrainingSpec, params: int) -> Flops:

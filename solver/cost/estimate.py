@@ -1,7 +1,7 @@
 """Estimate one layout: step time, MFU/HFU, throughput, time and memory breakdowns, fit.
 
 Unit legend: `_s` seconds; `_bytes` bytes; `_flops` FLOPs; tokens are counts.
-FLOP convention (shared/DESIGN.md): model FLOPs = 6 N T + attention 12 S T (H dh) L
+FLOP convention (shared/DESIGN.md): model FLOPs = 6 N_active T + attention 12 S T (H dh) L
 (halved when training.causal_attention_flops); MFU counts model FLOPs only; HFU adds the
 recomputed forward work (full: 2 N_layers T + the attention forward; selective: the
 attention forward), per Korthikanti et al. 2022, Sec. 6 (MFU vs HFU).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from solver.cost.accounting import attention_flops_per_token, batch_plan
+from solver.cost.accounting import FLOP_CONVENTION, attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
 from solver.cost.state import recipe_summary
 from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
@@ -54,6 +54,7 @@ class LayoutEstimate:
     framework: str = "megatron-core"     # training.framework
     memory_recipe: dict = field(default_factory=dict)  # solver.cost.state.recipe_summary
     framework_violations: tuple = ()     # capability rules the framework breaks (Violation dicts)
+    flop_convention: str = FLOP_CONVENTION  # what MFU's model FLOPs count (accounting.FLOP_CONVENTION)
 
     @property
     def runs_in_framework(self) -> bool:
@@ -95,9 +96,10 @@ def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum:
 
 
 def model_flops_per_token(ctx: CostContext) -> float:
-    """6 N + attention per token (DESIGN.md convention; causal option halves attention)."""
+    """6 N_active + attention per token (DESIGN.md convention; causal option halves attention;
+    N_active = ParameterCounts.active, the total for a dense model; accounting.FLOP_CONVENTION)."""
     attn = attention_flops_per_token(ctx.model, ctx.seq_len)
-    return 6.0 * ctx.params.total + (0.5 * attn if ctx.training.causal_attention_flops else attn)
+    return 6.0 * ctx.params.active + (0.5 * attn if ctx.training.causal_attention_flops else attn)
 
 
 def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
@@ -106,7 +108,7 @@ def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
     if ctx.training.causal_attention_flops:
         attn_fwd *= 0.5
     if recompute == "full":
-        return 2.0 * ctx.params.transformer_layers + attn_fwd
+        return 2.0 * ctx.params.active_transformer_layers + attn_fwd
     return attn_fwd if recompute == "selective" else 0.0
 
 
