@@ -94,8 +94,12 @@ def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers.common import problem_specs
     from service.routers.errors import jsonable
 
+    from solver.presets import priced_training
+
     stage("parse")
+    price = {k: body.pop(k, None) for k in ("price_per_gpu_hour", "currency")}
     specs = problem_specs(settings, **body)
+    specs["training"] = priced_training(specs["training"], **price)
     stage("admit")
     admit(specs["model"], specs["cluster"], specs["training"], None, settings)
     stage("estimate")

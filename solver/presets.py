@@ -46,6 +46,18 @@ def load_training(arg: str | dict[str, Any] | TrainingSpec) -> TrainingSpec:
     return parse_spec(TrainingSpec, data, "training")
 
 
+def priced_training(training: TrainingSpec, price_per_gpu_hour: float | None = None,
+                    currency: str | None = None) -> TrainingSpec:
+    """`training` with the price per GPU-hour and/or the ISO 4217 currency replaced (the CLI's
+    --price-per-gpu-hour/--currency, the HTTP body's fields), validated as training fields.
+    Raises: SpecError naming training.price_per_gpu_hour or training.currency."""
+    update = {k: v for k, v in (("price_per_gpu_hour", price_per_gpu_hour), ("currency", currency))
+              if v is not None}
+    if not update:
+        return training
+    return parse_spec(TrainingSpec, {**training.model_dump(), **update}, "training")
+
+
 def load_layout(arg: str | dict[str, Any] | LayoutSpec) -> LayoutSpec:
     """Layout from an inline object, a JSON path, or a JSON string. Raises: SpecError."""
     if isinstance(arg, LayoutSpec):

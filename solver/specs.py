@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName
 from solver.model_parts import MLASpec, MoESpec, QkNorm
@@ -119,7 +119,7 @@ class TrainingSpec(StrictModel):
     price_per_gpu_hour: float | None = Field(
         default=None, ge=0, le=1e6, description="Optional price per GPU-hour for cost estimates.")
     currency: str = Field(
-        default="USD", pattern=r"^[A-Z]{3}$",
+        default="USD", min_length=1, max_length=16,
         description="ISO 4217 code of price_per_gpu_hour (three capital letters), echoed with every cost.")
     async_checkpoint: bool = Field(
         default=False,
@@ -139,6 +139,13 @@ class TrainingSpec(StrictModel):
         description="Training framework the run uses (solver/data/frameworks/<name>.json): "
                     "'megatron-core' (also NeMo, Megatron-Bridge), 'torchtitan' or 'deepspeed'. "
                     "Decides which layouts the search may return and the per-layout memory recipe.")
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_code(cls, value: str) -> str:
+        if not (len(value) == 3 and value.isascii() and value.isalpha() and value.isupper()):
+            raise ValueError(f"'{value}' is not an ISO 4217 code (three capital letters, e.g. USD, EUR)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

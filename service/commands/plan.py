@@ -23,8 +23,28 @@ def add_parser(subparsers) -> None:
     p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch); "
                                       f"default: the seed recipe '{DEFAULT_TRAINING}', stated in the plan")
     add_framework_flag(p)
+    add_price_arguments(p)
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
     p.set_defaults(run=run)
+
+
+def add_price_arguments(p) -> None:
+    """--price-per-gpu-hour and --currency (replace the training's; echoed with every cost)."""
+    p.add_argument("--price-per-gpu-hour", type=float, default=None,
+                   help="price per GPU-hour (replaces training.price_per_gpu_hour); costs are "
+                        "printed with failures priced in")
+    p.add_argument("--currency", default=None,
+                   help="ISO 4217 code of the price, e.g. USD, EUR (default: training.currency, USD)")
+
+
+def training_from_args(args: argparse.Namespace, default: str | None = None):
+    """The training spec of --training (or `default`) with --price-per-gpu-hour/--currency
+    applied. Raises: SpecError."""
+    from solver.presets import priced_training
+
+    training = require_training(args.training or default)
+    return priced_training(training, getattr(args, "price_per_gpu_hour", None),
+                           getattr(args, "currency", None))
 
 
 def require_training(arg: str | None):
@@ -38,7 +58,7 @@ def require_training(arg: str | None):
 
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
-    training = with_framework(require_training(args.training or DEFAULT_TRAINING), args.framework)
+    training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
     plan = build_plan(model, cluster, training)
     if args.training is None:
         t = plan["inputs"]["training"]

@@ -9,7 +9,7 @@ from service.commands import load_capped_cluster
 from service.commands.framework_args import (
     add_framework_flag, add_search_flags, search_flag_options, with_framework,
 )
-from service.commands.plan import require_training
+from service.commands.plan import add_price_arguments, training_from_args
 from service.render_bands import interval
 from service.render_md import layout_gpus, md_table
 from solver.plan import LAYOUT_FIELDS
@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
                         "(default off: every stage is charged as the busiest rank)")
     add_search_flags(p)
     add_framework_flag(p)
+    add_price_arguments(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from solver.search import search_layouts
 
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
-    training = with_framework(require_training(args.training), args.framework)
+    training = with_framework(training_from_args(args), args.framework)
     result = search_layouts(model, cluster, training, options_from_args(args))
     emit(result.as_dict(), args.format, render_search)
     return 0
@@ -90,10 +91,23 @@ def render_search(result: dict[str, Any]) -> str:
     if s.get("band_sentence"):
         lines += [s["band_sentence"], ""]
     head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "step_time_s 80% band", "mfu", "memory_GB",
-                                                   "tied", "within band of best"]
+                                                   "tied", "within band of best"] + RUN_HEAD
     rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
             + [f"{r['step_time_s']:.3f}", interval(r, "step_time_s", ".3f"), f"{r['mfu']:.1%}",
                f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}", "tied" if r.get("tied_with_best") else "",
                "yes" if r.get("within_band_of_best") else ""]
-            for r in result["layouts"]]
-    return "\n".join(lines + md_table(head, rows))
+            + run_cells(r.get("run")) for r in result["layouts"]]
+    note = ["", "Run days, GPU-hours and cost are at the predicted step time with failures priced "
+                "in (checkpoint stalls, lost work, restarts: goodput; see `plan`'s Run risk)."]
+    return "\n".join(lines + md_table(head, rows) + note)
+
+
+RUN_HEAD = ["run days", "GPU-hours", "goodput", "cost"]
+
+
+def run_cells(run: dict[str, Any] | None) -> list[str]:
+    """A search row's run with failures (solver.search.objective.run_outcome) as text."""
+    if run is None:
+        return ["-"] * len(RUN_HEAD)
+    cost = "-" if run["cost"] is None else f"{run['cost']:,.0f} {run['currency']}"
+    return [f"{run['days']:,.2f}", f"{run['gpu_hours']:,.0f}", f"{run['goodput']:.1%}", cost]

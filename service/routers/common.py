@@ -124,6 +124,10 @@ def search_inputs(body: Any, settings: Settings) -> tuple[Any, Any, Any, Any, di
     Raises: SpecError (-> 422)."""
     from service.routers import solving
 
+    from solver.presets import priced_training
+
     specs = problem_specs(settings, model=body.model, cluster=body.cluster, training=body.training)
     options, limits = solving.search_options(body.options, settings)
-    return specs["model"], specs["cluster"], specs["training"], options, limits
+    training = priced_training(specs["training"], getattr(body, "price_per_gpu_hour", None),
+                               getattr(body, "currency", None))
+    return specs["model"], specs["cluster"], training, options, limits

@@ -41,6 +41,12 @@ class ProblemIn(_Body):
     model: Any = _spec_field("Model (native fields or a Hugging Face config.json)", example="seed-70b")
     cluster: Any = _spec_field("Cluster (its 'gpu' may name a GPU preset)", example="seed-512")
     training: Any = _spec_field("Training run (tokens, seq_len, global_batch_tokens)", example="seed-300b")
+    price_per_gpu_hour: Any = Field(
+        default=None, description="Price per GPU-hour; replaces training.price_per_gpu_hour "
+                                  "(costs in plan and search rows).", examples=[2.5])
+    currency: Any = Field(
+        default=None, description="ISO 4217 code of the price (three capital letters); replaces "
+                                  "training.currency, echoed with every cost.", examples=["EUR"])
 
 
 class SearchIn(ProblemIn):

@@ -11,6 +11,7 @@ from solver.search.cpsat import LayoutModel
 from solver.search.driver import Evaluator, optimize, ranked_window
 from solver.search.exhaustive import evaluator
 from solver.search.model import TermRows, coefficients
+from solver.search.objective import run_outcome, wall_factor_of
 from solver.search.options import SearchOptions
 from solver.search.result import RankedLayout, SearchResult, assign_ranks, merge_ranked, relative_gap
 from solver.search.ties import TIE_RESOLUTION
@@ -41,6 +42,23 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                    options: SearchOptions | dict | None = None, *, cost_options: Any = None,
                    rows_builder: RowsBuilder | None = None, evaluator: Evaluator | None = None,
                    explain: bool = True) -> SearchResult:
+    """Ranked distinct layouts, best first (_search_layouts), each with its run at the
+    predicted step time with failures (objective.run_outcome: days, GPU-hours, cost)."""
+    import dataclasses
+
+    res = _search_layouts(model, cluster, training, options, cost_options=cost_options,
+                          rows_builder=rows_builder, evaluator=evaluator, explain=explain)
+    factor = wall_factor_of(model, cluster, training)
+    res.layouts = [dataclasses.replace(r, run=run_outcome(training, r.layout, r.estimate.step_time_s,
+                                                           factor(r.layout)))
+                   for r in res.layouts]
+    return res
+
+
+def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                    options: SearchOptions | dict | None = None, *, cost_options: Any = None,
+                    rows_builder: RowsBuilder | None = None, evaluator: Evaluator | None = None,
+                    explain: bool = True) -> SearchResult:
     """Ranked distinct layouts, best first, each re-evaluated by the cost model.
 
     When no layout can use all the GPUs (options.gpus, default all available) and the count
@@ -96,7 +114,7 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
         left_s = max(1e-3, options.time_limit_s - (time.perf_counter() - t0))
         one = options.model_copy(update={"rank_orders": (order,), "time_limit_s": left_s})
         try:
-            results.append(search_layouts(model, cluster, training, one, **kw))
+            results.append(_search_layouts(model, cluster, training, one, **kw))
             searched.append(order)
         except (InfeasibleError, SolverTimeoutError) as exc:
             errors.append(exc)
@@ -125,7 +143,7 @@ def _search(model, cluster, training, options: SearchOptions, rows_builder: Rows
         _raise_infeasible(model, cluster, training, options, cost_options, explain)
     phases: dict[str, Any] = {"tables_s": time.perf_counter() - t0}
     deadline = time.perf_counter() + options.time_limit_s  # the solver's budget, after the tables
-    coef = coefficients(rows, options, training)
+    coef = coefficients(rows, options, training, wall_factor_of(model, cluster, training))
     best = optimize(rows, coef, options, deadline)
     phases["optimize_s"] = time.perf_counter() - t0 - phases["tables_s"]
     if best.value is None and best.status != "INFEASIBLE":
@@ -228,7 +246,7 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     if options.objective == "step_time":  # only groups that can reach the layout's step time
         within_s = est.step_time_s + (STEP_ERROR_UNITS + 2.0) * TIME_UNIT_S
     rows = term_rows(lm, cost_options, within_s=within_s)
-    coef = coefficients(rows, options, training)
+    coef = coefficients(rows, options, training, wall_factor_of(model, cluster, training))
     mine = coef.exact(layout, est.step_time_s)
     err = coef.error_units + 1.0
     below = near = fitting = 0

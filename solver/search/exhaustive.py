@@ -66,8 +66,11 @@ def evaluator(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, op
     from solver.cost.estimate import estimate_with_context, make_context
     from solver.cost.terms import with_rank_order
 
+    from solver.search.objective import wall_factor_of
+
     order = options.rank_orders[0]
     ctx = with_rank_order(make_context(model, cluster, training, cost_options), order)
+    factor = wall_factor_of(model, cluster, training) if options.objective == "min_cost" else None
 
     def verdict(layout: LayoutSpec) -> Evaluated | None:
         if layout.rank_order != order:
@@ -76,7 +79,8 @@ def evaluator(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, op
         est = estimate_with_context(ctx, layout)
         if not est.fits or not meets_deadline(options, training, layout, est.step_time_s):
             return None
-        return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s))
+        return Evaluated(layout, est, objective_units(options, training, layout, est.step_time_s,
+                                                      factor(layout) if factor else 1.0))
 
     return verdict
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from ortools.sat.python import cp_model
 
 from solver.search.cpsat import RECOMPUTE_NAMES
-from solver.search.objective import run_steps
+from solver.search.objective import WallFactor, run_steps
 from solver.search.options import SearchOptions
 from solver.search.scaling import TIME_UNIT_S, time_int
 from solver.specs import LayoutSpec, TrainingSpec
@@ -107,6 +107,20 @@ def layout_of(pipe_key: tuple, shard_key: tuple) -> LayoutSpec:
                       zero_stage=shard_key[5], micro_batch=mb, recompute=RECOMPUTE_NAMES[rc])
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The (tp, pp, cp, dp) of a row group, as objective.wall_factor_of reads it."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+
+
+def _no_failures(shape: object) -> float:
+    return 1.0
+
+
 @dataclass
 class Coefficients:
     """Objective coefficients per row (integers) and the rounding bound in those units."""
@@ -123,24 +137,29 @@ class Coefficients:
         return value % self.gpu_weight if self.gpu_weight else value
 
 
-def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec) -> Coefficients:
-    """The objective of options.objective as per-row coefficients (see objective.py)."""
+def coefficients(rows: TermRows, options: SearchOptions, training: TrainingSpec,
+                 factor: WallFactor | None = None) -> Coefficients:
+    """The objective of options.objective as per-row coefficients (see objective.py).
+    `factor`: wall / work with failures per shape (objective.wall_factor_of), for min_cost
+    (constant within a group, so the objective stays linear; default 1: no failures)."""
     kind = options.objective
     if kind == "step_time":
         return Coefficients(rows.pipe_units, rows.shard_units, rows.error_units, lambda lo, t: t / TIME_UNIT_S)
     steps = {g: run_steps(training, LayoutSpec(dp=g[3], micro_batch=g[5]))
              for g in map(shard_group, rows.shard_keys)}
     if kind == "min_cost":
-        mult = {g: g[0] * g[1] * g[2] * g[3] * n for g, n in steps.items()}
+        f = factor or _no_failures
+        mult = {g: g[0] * g[1] * g[2] * g[3] * n * f(_Shape(*g[:4])) for g, n in steps.items()}
         # GPU-time in GPU-microseconds can pass int64 on large runs: divide by `div` so the
-        # largest objective stays below 2^52 (each coefficient then rounds once more).
+        # largest objective stays below 2^52. Each coefficient rounds once (<= 0.5 units, two
+        # per layout: the +1).
         top = max(mult.values()) * (max(rows.pipe_units) + max(rows.shard_units))
         div = max(1, math.ceil(top / 2**52))
         return Coefficients(
             [round(mult[pipe_group(k)] * u / div) for k, u in zip(rows.pipe_keys, rows.pipe_units, strict=True)],
             [round(mult[shard_group(k)] * u / div) for k, u in zip(rows.shard_keys, rows.shard_units, strict=True)],
-            rows.error_units * max(mult.values()) / div + (1.0 if div > 1 else 0.0),
-            lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S / div)
+            rows.error_units * max(mult.values()) / div + 1.0,
+            lambda lo, t: lo.gpus * run_steps(training, lo) * t / TIME_UNIT_S / div * f(lo))
     weight = max(rows.pipe_units) + max(rows.shard_units) + 1  # GPUs first, then step time
     deadline = None
     if kind == "min_gpus_deadline":

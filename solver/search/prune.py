@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.model import pipe_group
-from solver.search.objective import objective_units, run_steps
+from solver.search.objective import objective_units, run_steps, wall_factor_of
 from solver.search.ties import tie_slack_units
 from solver.specs import LayoutSpec
 
@@ -59,10 +59,13 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
             steps[(g[3], g[5])] = run_steps(training, LayoutSpec(dp=g[3], micro_batch=g[5]))
         return steps[(g[3], g[5])]
 
+    factor = wall_factor_of(lm.spec, lm.cluster, training) if options.objective == "min_cost" else None
+
     def objective(g: tuple, step_s: float) -> float:
         tp, pp, cp, dp, _sp, mb = g
-        shape = SimpleNamespace(gpus=tp * pp * cp * dp, dp=dp, micro_batch=mb)  # what objective_units reads
-        return objective_units(options, training, shape, step_s)
+        # what objective_units and wall_factor_of read
+        shape = SimpleNamespace(gpus=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb)
+        return objective_units(options, training, shape, step_s, factor(shape) if factor else 1.0)
 
     bounds = []
     for g, rows in by_group.items():

@@ -26,6 +26,8 @@ class RankedLayout:
     # Within the model's resolution of the fastest layout (solver.search.ties): the tied
     # layouts lead the ranking, simplest first. False when no other layout ties.
     tied_with_best: bool = False
+    run: dict[str, Any] | None = None  # objective.run_outcome: the run with failures
+
 
     def as_dict(self) -> dict[str, Any]:
         est = self.estimate
@@ -38,6 +40,8 @@ class RankedLayout:
                                "tied_with_best": self.tied_with_best}
         if self.pipeline_split is not None:
             out["pipeline_split"] = list(self.pipeline_split)
+        if self.run is not None:
+            out["run"] = self.run
         out["estimate"] = est.as_dict()
         return out
 

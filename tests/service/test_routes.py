@@ -266,3 +266,16 @@ def test_small_max_top_k_keeps_default_requests_working(make_client):
     assert len(r.json()["layouts"]) == 3
     asked = client.post("/v1/layouts", json={**SEED, "options": {"top_k": 5}})
     assert asked.status_code == 422 and "options.top_k" in problems(asked)
+
+
+def test_layouts_priced_over_http(client):
+    """price_per_gpu_hour and currency in the body replace the training's and come back on
+    every row's run (days, GPU-hours and cost with failures); a bad code is a 422 naming it."""
+    r = client.post("/v1/layouts", json={**SEED, "price_per_gpu_hour": 3.0, "currency": "GBP",
+                                         "options": {"top_k": 2, "objective": "min_cost"}})
+    assert r.status_code == 200, r.text
+    for row in r.json()["layouts"]:
+        assert row["run"]["currency"] == "GBP"
+        assert row["run"]["cost"] == pytest.approx(3.0 * row["run"]["gpu_hours"])
+    bad = client.post("/v1/layouts", json={**SEED, "currency": "pounds"})
+    assert bad.status_code == 422 and "training.currency" in bad.text
