@@ -48,11 +48,17 @@ def test_min_cost_with_failures_equals_exhaustive_and_is_priced():
 
 
 @pytest.mark.parametrize("objective", ["min_cost", "min_gpus"])
-def test_search_rows_show_days_gpu_hours_and_cost(objective, capsys):
+def test_search_rows_show_days_gpu_hours_and_cost(objective, capsys, tmp_path):
     from service.cli import main
 
-    argv = ["search", "--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b",
-            "--objective", objective, "--top", "2", "--price-per-gpu-hour", "2.5", "--currency", "EUR"]
+    model, cluster, training = _problem(rate=2e-3)
+    paths = {}
+    for name, spec in (("model", model), ("cluster", cluster), ("training", training)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(spec.model_dump_json())
+    argv = ["search", "--model", str(paths["model"]), "--cluster", str(paths["cluster"]),
+            "--training", str(paths["training"]), "--objective", objective, "--top", "2",
+            "--price-per-gpu-hour", "2.5", "--currency", "EUR"]
     assert main(argv + ["--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["layouts"]
     for r in rows:

@@ -272,7 +272,7 @@ def test_layouts_priced_over_http(client):
     """price_per_gpu_hour and currency in the body replace the training's and come back on
     every row's run (days, GPU-hours and cost with failures); a bad code is a 422 naming it."""
     r = client.post("/v1/layouts", json={**SEED, "price_per_gpu_hour": 3.0, "currency": "GBP",
-                                         "options": {"top_k": 2, "objective": "min_cost"}})
+                                         "options": {"top_k": 2}})
     assert r.status_code == 200, r.text
     for row in r.json()["layouts"]:
         assert row["run"]["currency"] == "GBP"
