@@ -90,13 +90,13 @@ def render_search(result: dict[str, Any]) -> str:
         lines += [tie, ""]
     if s.get("band_sentence"):
         lines += [s["band_sentence"], ""]
-    head = ["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "step_time_s 80% band", "mfu", "memory_GB",
-                                                   "tied", "within band of best"] + RUN_HEAD
+    head = (["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "step_time_s 80% band", "mfu", "memory_GB"]
+            + RUN_HEAD + ["tied", "within band of best"])
     rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
             + [f"{r['step_time_s']:.3f}", interval(r, "step_time_s", ".3f"), f"{r['mfu']:.1%}",
-               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}", "tied" if r.get("tied_with_best") else "",
-               "yes" if r.get("within_band_of_best") else ""]
-            + run_cells(r.get("run")) for r in result["layouts"]]
+               f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"] + run_cells(r.get("run"))
+            + ["tied" if r.get("tied_with_best") else "", "yes" if r.get("within_band_of_best") else ""]
+            for r in result["layouts"]]
     note = ["", "Run days, GPU-hours and cost are at the predicted step time with failures priced "
                 "in (checkpoint stalls, lost work, restarts: goodput; see `plan`'s Run risk)."]
     return "\n".join(lines + md_table(head, rows) + note)
