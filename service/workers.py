@@ -77,6 +77,7 @@ class WorkerPool:
         self.max_rss_bytes = max_rss_bytes
         self._idle: asyncio.Queue[_Worker] | None = None
         self._starting: asyncio.Future | None = None
+        self._replacing: set[asyncio.Future] = set()
         self._all: set[_Worker] = set()
         self._closed = False
         self.replaced = 0  # workers killed and replaced (deadline, disconnect, memory, crash)
@@ -95,15 +96,30 @@ class WorkerPool:
         return worker
 
     def _retire(self, worker: _Worker) -> None:
-        """Kill `worker` (SIGKILL: a solve does not stop for less) and put a fresh one in."""
+        """Kill `worker` (SIGKILL: a solve does not stop for less) and put a fresh one in.
+        Reaping it and forking the replacement happen in a thread, off the event loop."""
         self._all.discard(worker)
         if worker.process.is_alive():
             os.kill(worker.process.pid, signal.SIGKILL)
-        worker.process.join(timeout=5)
-        worker.conn.close()
-        if not self._closed and self._idle is not None:
-            self.replaced += 1
-            self._idle.put_nowait(self._spawn())
+        self.replaced += 1
+        task = asyncio.ensure_future(self._replace(worker))
+        self._replacing.add(task)
+        task.add_done_callback(self._replacing.discard)
+
+    async def _replace(self, dead: _Worker) -> None:
+        def reap_and_fork() -> _Worker | None:
+            dead.process.join(timeout=5)
+            dead.conn.close()
+            return None if self._closed else self._spawn()
+
+        fresh = await asyncio.to_thread(reap_and_fork)
+        if fresh is None:
+            return
+        if self._closed or self._idle is None:  # closed while it forked
+            self._all.discard(fresh)
+            os.kill(fresh.process.pid, signal.SIGKILL)
+            return
+        self._idle.put_nowait(fresh)
 
     async def start(self) -> None:
         """Start the workers (once; later calls wait for that start). Forks run in a thread:
