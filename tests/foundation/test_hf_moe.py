@@ -209,3 +209,18 @@ def test_cli_plan_of_a_moe_model_exits_2_naming_it(capsys, tmp_path):
     code = main(["plan", "--model", str(HF / "mixtral-8x7b" / "config.json"), "--cluster", "seed-512",
                  "--training", "seed-300b"])
     assert code == 2 and "model.moe" in capsys.readouterr().err
+
+
+def test_dense_qwen3_counts_its_per_head_qk_norms():
+    # Qwen3-8B (model card: 8.2B total, 6.95B non-embedding): D=4096, L=36, GQA 32/8 x 128,
+    # q_norm/k_norm RMSNorm(128) per layer (Qwen3Attention), SwiGLU 12288, vocab 151936 untied.
+    # Attention 2*4096*4096 + 2*4096*1024 = 41,943,040 + 256 = 41,943,296; FFN 150,994,944;
+    # norms 8,192 -> 192,946,432 x 36 = 6,946,071,552; + final norm 4,096 = 6,946,075,648
+    # non-embedding; + 2*151936*4096 = 1,244,659,712 -> 8,190,735,360.
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "head_dim": 128,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12288,
+           "vocab_size": 151936, "tie_word_embeddings": False, "hidden_act": "silu"}
+    c = parameter_counts(load_model(cfg))
+    assert c.attention_per_layer == 41_943_296
+    assert c.total - c.embedding - c.lm_head == 6_946_075_648 and near(c.total, 8.2, 1)
+    assert c.total == 8_190_735_360
