@@ -22,6 +22,19 @@ def default_database_url() -> str:
     return f"sqlite:///{base / 'trainplan' / 'plans.db'}"
 
 
+class SettingsFileError(ValueError):
+    """A TRAINPLAN_*_FILE variable names a file that cannot be read."""
+
+
+def _read_setting_file(var: str, path: str) -> str:
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise SettingsFileError(f"{var}: cannot read {path} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SettingsFileError(f"{var}: {path} is not UTF-8 text") from None
+
+
 class Settings(BaseModel):
     """What an operator may set. Environment: TRAINPLAN_<FIELD NAME IN CAPITALS>."""
 
@@ -86,11 +99,18 @@ class Settings(BaseModel):
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Settings from TRAINPLAN_* variables (unset ones keep their defaults).
 
-        Raises: pydantic.ValidationError on a malformed value.
+        `TRAINPLAN_<NAME>_FILE` names a file holding the value (trailing newline dropped);
+        it wins over `TRAINPLAN_<NAME>`. Raises: pydantic.ValidationError on a malformed
+        value, SettingsFileError on an unreadable file.
         """
         env = os.environ if environ is None else environ
-        values = {name: env[ENV_PREFIX + name.upper()]
-                  for name in cls.model_fields if ENV_PREFIX + name.upper() in env}
+        values: dict[str, str] = {}
+        for name in cls.model_fields:
+            var = ENV_PREFIX + name.upper()
+            if var + "_FILE" in env:  # a secret mounted as a file (k8s Secret volume)
+                values[name] = _read_setting_file(var + "_FILE", env[var + "_FILE"])
+            elif var in env:
+                values[name] = env[var]
         return cls.model_validate(values)
 
 

@@ -26,13 +26,16 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.app import create_app
-    from service.settings import Settings
+    from service.settings import Settings, SettingsFileError
 
     try:
         settings = Settings.from_env()
     except ValidationError as exc:  # one line per bad setting, naming its variable
         for line in setting_errors(exc):
             print(f"error: {line}", file=sys.stderr)
+        return 2
+    except SettingsFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if settings.api_token is None and args.host not in LOOPBACK:
         print(f"warning: serving on {args.host} without TRAINPLAN_API_TOKEN: anyone who can "
