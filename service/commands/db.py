@@ -21,10 +21,14 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from service import migrate
-    from service.settings import get_settings
+    from service.settings import SettingsFileError, get_settings
     from service.store import _engine, _reason
 
-    url = args.url or get_settings().database_url
+    try:
+        url = args.url or get_settings().database_url
+    except (ValueError, SettingsFileError) as exc:  # pydantic's ValidationError is a ValueError
+        print(f"error: settings: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
     engine = _engine(url)
     try:
         if args.action == "upgrade":
