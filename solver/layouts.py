@@ -25,7 +25,8 @@ _WHY_MIN_S = 0.005
 
 
 def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                     options: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                     options: Any = None, cost_options: Any = None,
+                     step_band: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(search summary, ranked layouts best first) from the CP-SAT search.
 
     Each layout carries the layout fields, step_time_s, mfu, hfu, tokens_per_s, fits,
@@ -41,7 +42,7 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         # On an explicit fabric (fat tree, NVLink domains) placement changes group
         # bandwidths: search both Megatron rank orders, each exactly.
         options = {"rank_orders": list(get_args(RankOrder))}
-    return plan_layouts(model, cluster, training, options)
+    return plan_layouts(model, cluster, training, options, cost_options, step_band)
 
 
 def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[str, float]]:
@@ -53,7 +54,8 @@ def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[
 
 
 def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                       ladder_layout: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
+                       ladder_layout: dict[str, Any], best: dict[str, Any],
+                       cost_options: Any = None) -> dict[str, Any]:
     """The seed-style ladder choice, predicted by the cost model and ranked by the search.
 
     `rank_min`/`rank_max` place it among all fitting layouts (1 = best); `why` lists the
@@ -63,7 +65,7 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
 
     fields = layout_fields(ladder_layout)
     layout = LayoutSpec(**fields)
-    est = estimate_layout(model, cluster, training, layout)
+    est = estimate_layout(model, cluster, training, layout, cost_options)
     out: dict[str, Any] = {"layout": {**fields, "framework": est.framework}, "step_time_s": est.step_time_s,
                            "mfu": est.mfu, "fits": est.fits,
                            "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
@@ -75,12 +77,13 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
                            "memory_recipe": est.memory_recipe["mode"],
                            "framework_violations": list(est.framework_violations)}
     if est.fits:
-        rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"], estimate=est)
+        rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"], estimate=est,
+                           cost_options=cost_options)
         out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
     return out
 
 
-def prediction(best: dict[str, Any], steps: int | None, gpus: int) -> dict[str, Any]:
+def prediction(best: dict[str, Any], steps: int | None, gpus: int, step_band: Any = None) -> dict[str, Any]:
     """Run time at the best layout's predicted step time (instead of the assumed MFU), each
     figure with its 80% error band (`*_low`/`*_high`, solver.cost.bands)."""
     out = {"step_time_s": best["step_time_s"], "mfu": best["mfu"], "hfu": best["hfu"],
@@ -90,11 +93,11 @@ def prediction(best: dict[str, Any], steps: int | None, gpus: int) -> dict[str, 
         wall = steps * best["step_time_s"]
         out.update({"steps": steps, "wall_s": wall, "days": wall / 86_400,
                     "gpu_hours": wall * gpus / 3600})
-    return with_bands(out, best.get("framework", DEFAULT_FRAMEWORK))
+    return with_bands(out, best.get("framework", DEFAULT_FRAMEWORK), step_band)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-             layout: LayoutSpec) -> dict[str, Any]:
+             layout: LayoutSpec, cost_options: Any = None, step_band: Any = None) -> dict[str, Any]:
     """One layout: the accounting (model state, grad-sync bound, batch) and the cost model's
     prediction (step_time_s, mfu, hfu, tokens_per_s, time_breakdown_s, memory by component
     including activations, fits). `memory_per_gpu_bytes` and `fits` are the cost model's;
@@ -102,12 +105,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     Raises: SpecError when the layout does not fit the model's shapes or the cluster.
     """
     acc = estimate_accounting(model, cluster, training, layout)
-    pred = estimate_layout(model, cluster, training, layout).as_dict()
+    pred = estimate_layout(model, cluster, training, layout, cost_options).as_dict()
     pred.pop("layout", None)
     out = {**acc, **pred, "accounting": {"memory_per_gpu_bytes": acc["memory_per_gpu_bytes"],
                                          "fits_model_state_only": acc["fits"]}}
     out["memory_free_bytes"] = acc["memory_capacity_bytes"] - pred["memory_per_gpu_bytes"]["total"]
-    return with_bands(out, training.framework)
+    return with_bands(out, training.framework, step_band)
 
 
 def ladder_or_none(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec):

@@ -218,7 +218,8 @@ def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
 
 
 def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-               rank_layouts: RankLayouts | None = None) -> dict[str, Any]:
+               rank_layouts: RankLayouts | None = None, cost_options: Any = None,
+               step_band: Any = None) -> dict[str, Any]:
     """The plan JSON contract: the seed's eight estimates, ranked layouts, checks and stages.
 
     `rank_layouts(model, cluster, training) -> (summary, layouts best first)` produces the
@@ -230,6 +231,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     Keys pinned by the contract: parameters.total, memory.model_state_bytes,
     flops.{parameter_matmul,attention,total}, time.{assumed_mfu,wall_s,gpu_hours},
     batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s.
+    `cost_options` / `step_band` (a calibrated profile's, solver.cost.profile) replace the shipped
+    constants and step-time band in the default ranking, the ladder's choice and the prediction.
     Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
     """
     from solver.cost.state import per_layout_recipe_note
@@ -242,7 +245,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     state = model_state_bytes(n, training.precision)
     flops = training_flops(model, training, params.active)
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
-    search, layouts = (rank_layouts or searched_layouts)(model, cluster, training)
+    search, layouts = (rank_layouts or (lambda m, c, t: searched_layouts(
+        m, c, t, cost_options=cost_options, step_band=step_band)))(model, cluster, training)
     ladder, rungs = ladder_or_none(model, cluster, training)
     best = LayoutSpec(**layout_fields(layouts[0]))
     batch = batch_plan(training, best.dp, best.micro_batch)
@@ -275,11 +279,11 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         "assumptions": _assumptions(training, comm),
     }
     if "time_breakdown_s" in layouts[0]:
-        plan["prediction"] = prediction(layouts[0], batch.steps, best.gpus)
+        plan["prediction"] = prediction(layouts[0], batch.steps, best.gpus, step_band)
         if rungs:
             chosen = rungs[0]
             plan["ladder_choice"] = {
-                **ladder_versus_best(model, cluster, training, chosen, layouts[0]),
+                **ladder_versus_best(model, cluster, training, chosen, layouts[0], cost_options),
                 "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}

@@ -8,6 +8,7 @@ from service.cli import emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
+from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
 from service.render_md import render_estimate
 from solver.layouts import estimate
 from solver.presets import load_layout, load_model
@@ -21,6 +22,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--training", required=True, help="training preset name or JSON path")
     p.add_argument("--layout", required=True, help="layout as a JSON path or an inline JSON object")
     add_framework_flag(p)
+    add_profile_flag(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -28,7 +30,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training, layout = require_training(args.training), load_layout(args.layout)
-    result = estimate(model, cluster, with_framework(training, args.framework), layout)
+    training = with_framework(training, args.framework)
+    result = estimate(model, cluster, training, layout, **cost_kwargs(profile_for(args, training.framework)))
     for v in result["framework_violations"]:  # loud: the prediction is for a layout that cannot run
         src = v["sources"][0]
         print(f"warning: NOT RUNNABLE: {v['reason']} [{v['rule']}; {src['repository']} {src['path']} "

@@ -6,6 +6,7 @@ import argparse
 from service.cli import emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
+from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
 from service.render_md import render_plan
 from solver.errors import Problem, SpecError
 from solver.plan import build_plan
@@ -24,6 +25,7 @@ def add_parser(subparsers) -> None:
                                       f"default: the seed recipe '{DEFAULT_TRAINING}', stated in the plan")
     add_framework_flag(p)
     add_price_arguments(p)
+    add_profile_flag(p)
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
     p.set_defaults(run=run)
 
@@ -59,7 +61,7 @@ def require_training(arg: str | None):
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
-    plan = build_plan(model, cluster, training)
+    plan = build_plan(model, cluster, training, **cost_kwargs(profile_for(args, training.framework)))
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

@@ -10,6 +10,7 @@ from service.commands.framework_args import (
     add_framework_flag, add_search_flags, search_flag_options, with_framework,
 )
 from service.commands.plan import add_price_arguments, training_from_args
+from service.commands.profile_args import add_profile_flag, profile_for
 from service.render_bands import interval
 from service.render_md import layout_gpus, md_table
 from solver.plan import LAYOUT_FIELDS
@@ -39,6 +40,7 @@ def add_parser(subparsers) -> None:
     add_search_flags(p)
     add_framework_flag(p)
     add_price_arguments(p)
+    add_profile_flag(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -57,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args), args.framework)
-    result = search_layouts(model, cluster, training, options_from_args(args))
+    profile = profile_for(args, training.framework)
+    result = search_layouts(model, cluster, training, options_from_args(args),
+                            cost_options=None if profile is None else profile.options)
+    result.step_band = None if profile is None else profile.step_band
     emit(result.as_dict(), args.format, render_search)
     return 0
 

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from service.cli import emit
+from service.commands.profile_args import add_profile_flag, profile_for
 from solver.cost.validation import validate_lines
 from solver.errors import Problem, SpecError
 
@@ -19,6 +20,7 @@ def add_parser(subparsers) -> None:
                          "calibration schema")
     p.add_argument("cases",
                    help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
+    add_profile_flag(p)
     p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
     p.set_defaults(run=run)
 
@@ -96,12 +98,13 @@ def render_md(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    profile = profile_for(args)
     lines = _read_lines(args.cases)
     if not any(line.strip() for line in lines):
         where = "stdin" if args.cases == "-" else f"'{args.cases}'"
         reason = f"{where} holds no cases (empty or blank lines only); expected one JSON object per line"
         raise SpecError(f"cases: {reason}", [Problem("cases", reason)])
-    result = validate_lines(lines)
+    result = validate_lines(lines, None if profile is None else profile.options)
     emit(result, args.format, render_md)
     for e in result["errors"]:
         for reason in e["errors"]:

@@ -197,7 +197,8 @@ def _split(layers: int, layout) -> tuple[int, ...]:
 
 
 def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                 options: SearchOptions | dict | None = None) -> tuple[dict, list[dict]]:
+                 options: SearchOptions | dict | None = None, cost_options: Any = None,
+                 step_band: Any = None) -> tuple[dict, list[dict]]:
     """The layout section for solver.plan.build_plan(rank_layouts=plan_layouts).
 
     Returns (search summary, layouts best first); each layout dict carries the layout
@@ -205,9 +206,11 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     memory_per_gpu_bytes (by component, with model_state and total), memory_headroom_bytes
     (usable minus total) and memory_free_bytes (capacity minus the predicted total), with the
     80% error band of each timing (`*_low`/`*_high`) and within_band_of_best (solver.cost.bands).
+    `cost_options` and `step_band` come from a calibrated profile (solver.cost.profile).
     Raises: InfeasibleError (with the explanation) when nothing fits.
     """
-    res = search_layouts(model, cluster, training, options)
+    res = search_layouts(model, cluster, training, options, cost_options=cost_options)
+    res.step_band = step_band
     layouts = []
     for r in res.layouts:
         d = r.as_dict()

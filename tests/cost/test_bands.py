@@ -38,7 +38,11 @@ def _same(a, b, path="table"):
 def test_stored_tables_match_the_data_files(recomputed):
     """Regenerate with `python -m benchmarks.bands --write` (and bump solver.cost.version)
     when the cost model or the data files change."""
-    _same(recomputed, shipped_table())
+    try:
+        _same(recomputed, shipped_table())
+    except AssertionError as exc:
+        pytest.fail(f"{exc}: the band tables are stale; run `python -m benchmarks.bands --write` and bump "
+                    "solver/cost/version.py MODEL_VERSION")
 
 
 def test_step_time_band_covers_70_to_90_percent_of_held_out_runs(recomputed):

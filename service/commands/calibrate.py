@@ -1,0 +1,111 @@
+"""`trainplan calibrate RUNS.jsonl -o profile.json`: fit the cost model's constants to measured
+steps (solver.cost.calibrate) and write a profile that plan / search / estimate / validate take
+with --profile. Exit codes: 0 written, 2 bad input (unreadable file, bad line, no measured run)."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, get_args
+
+from service.cli import emit
+from solver.cost.calibrate import (
+    BOUNDS, SIGMA_PRIOR, SIGMA_RUN, check_framework, errors, fit_constants, leave_one_out, measured_runs,
+    median_abs,
+)
+from solver.cost.options import DEFAULT_OPTIONS
+from solver.cost.profile import PROFILE_SCHEMA
+from solver.cost.version import MODEL_VERSION
+from solver.errors import SpecError
+from solver.frameworks.profile import FrameworkName
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="fit the cost model's constants to measured runs; write a profile")
+    p.add_argument("runs", nargs="?", help="JSON-lines file of measured runs (schema of calibration/runs.jsonl)")
+    p.add_argument("--framework", choices=get_args(FrameworkName), default=None,
+                   help="use only the runs of this training.framework and record it in the profile")
+    p.add_argument("-o", "--output", required=True, help="where to write the profile (JSON)")
+    p.add_argument("--format", choices=("json", "md"), default="md", help="report format")
+    p.set_defaults(run=run)
+
+
+def _read(path: str) -> tuple[list[dict[str, Any]], str]:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise SpecError(f"runs: cannot read '{path}': {exc.strerror}") from None
+    try:
+        text_lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise SpecError(f"runs: '{path}' is not UTF-8 text") from None
+    cases = []
+    for number, text in enumerate(text_lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            case = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"runs: line {number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(case, dict):
+            raise SpecError(f"runs: line {number}: expected a JSON object")
+        cases.append(case)
+    return cases, hashlib.sha256(raw).hexdigest()
+
+
+def build_profile(cases: list[dict[str, Any]], framework: str | None, source: str, sha: str) -> dict[str, Any]:
+    """The profile dict (solver.cost.profile) fitted on the measured runs among `cases`."""
+    runs = measured_runs(check_framework(cases, framework))
+    fit = fit_constants(runs)
+    before, after = errors(runs, DEFAULT_OPTIONS), errors(runs, fit.options)
+    loo = leave_one_out(runs)
+    return {
+        "schema_version": PROFILE_SCHEMA, "model_version": MODEL_VERSION, "framework": framework,
+        "method": "runs", "constants": fit.constants,
+        "shipped_constants": {k: getattr(DEFAULT_OPTIONS, k) for k in BOUNDS},
+        "fitted_on": {"file": source, "sha256": sha,
+                      "runs": [{"id": r.get("id", f"run {i + 1}"), "measured_step_time_s": r["measured"]["step_time_s"]}
+                               for i, r in enumerate(runs)]},
+        "fit": {"prior": f"ln(c / shipped) ~ N(0, {SIGMA_PRIOR:.3f}^2), bounds {BOUNDS}",
+                "run_sd": SIGMA_RUN, "iterations": fit.iterations,
+                "posterior_sd_ratio": fit.posterior_sd_ratio, "pinned": fit.pinned, "not_pinned": fit.not_pinned,
+                "not_fitted": "network efficiency per tier: the cluster spec's bandwidth_gb_s is the effective "
+                              "per-GPU figure (measure it with nccl-tests)"},
+        "errors": {"before": before, "after": after, "leave_one_out": loo,
+                   "median_abs_before": median_abs(before), "median_abs_after": median_abs(after),
+                   "median_abs_leave_one_out": None if loo is None else median_abs(loo)},
+        "step_log_residuals": None if loo is None else [-math.log1p(e) for e in loo],
+    }
+
+
+def render_md(p: dict[str, Any]) -> str:
+    e, f = p["errors"], p["fit"]
+    rows = [f"| {k} | {p['shipped_constants'][k]:.3f} | {v:.3f} | {f['posterior_sd_ratio'][k]:.2f} | "
+            f"{'yes' if k in f['pinned'] else 'no'} |" for k, v in p["constants"].items()]
+    loo = e["median_abs_leave_one_out"]
+    return "\n".join([
+        f"# Calibrated profile ({len(p['fitted_on']['runs'])} runs, framework {p['framework'] or 'any'})", "",
+        "| constant | shipped | fitted | posterior s.d. / prior | pinned down |", "|---|---:|---:|---:|:---:|",
+        *rows, "",
+        f"Median |step-time error| on these runs: {e['median_abs_before']:.1%} shipped -> "
+        f"{e['median_abs_after']:.1%} fitted; leave-one-out "
+        + ("not possible with one run" if loo is None else f"{loo:.1%}") + ".",
+        ("Not pinned down by these runs (kept near the shipped value by the prior): "
+         + ", ".join(f["not_pinned"]) + ".") if f["not_pinned"] else "Every constant is pinned down.",
+        f"Not fitted: {f['not_fitted']}."])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runs is None:
+        raise SpecError("runs: give a JSON-lines file of measured runs")
+    cases, sha = _read(args.runs)
+    profile = build_profile(cases, args.framework, args.runs, sha)
+    try:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            json.dump(profile, handle, indent=1)
+    except OSError as exc:
+        raise SpecError(f"output: cannot write '{args.output}': {exc.strerror}") from None
+    emit(profile, args.format, render_md)
+    return 0
