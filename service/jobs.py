@@ -59,13 +59,30 @@ def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, 
             "placement": placement}
 
 
+def _profile(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(body without `profile`, the parsed profile or None). Raises: SpecError (422)."""
+    from solver.cost.profile import parse_profile
+
+    rest = {k: v for k, v in body.items() if k != "profile"}
+    raw = body.get("profile")
+    return rest, None if raw is None else parse_profile(raw, "profile")
+
+
+def _checked(profile: Any, training: Any) -> Any:
+    from solver.cost.profile import check_framework
+
+    check_framework(profile, training.framework)
+    return profile
+
+
 def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:
     """POST /v1/layouts: ranked layouts with launcher exports and placement."""
     from service.routers import solving
     from service.routers.errors import jsonable
 
+    body, profile = _profile(body)
     model, cluster, training, options, limits = _inputs(body, settings)
-    result = solving.run_search(model, cluster, training, options)
+    result = solving.run_search(model, cluster, training, options, _checked(profile, training))
     stage("exports")
     result["layouts"] = [_with_exports(e, model, cluster, training)
                          for e in result.get("layouts", [])]
@@ -77,8 +94,9 @@ def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers import solving
     from service.routers.errors import jsonable
 
+    body, profile = _profile(body)
     model, cluster, training, options, limits = _inputs(body, settings)
-    plan = jsonable(solving.run_plan(model, cluster, training, options))
+    plan = jsonable(solving.run_plan(model, cluster, training, options, _checked(profile, training)))
     stage("report")
     report = jsonable(solving.report_data(plan, model, cluster))
     asked = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json"),
@@ -97,6 +115,7 @@ def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from solver.presets import priced_training
 
     stage("parse")
+    body, profile = _profile(body)
     price = {k: body.pop(k, None) for k in ("price_per_gpu_hour", "currency")}
     specs = problem_specs(settings, **body)
     specs["training"] = priced_training(specs["training"], **price)
@@ -104,7 +123,7 @@ def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
     admit(specs["model"], specs["cluster"], specs["training"], None, settings)
     stage("estimate")
     return jsonable(solving.run_estimate(specs["model"], specs["cluster"], specs["training"],
-                                         specs["layout"]))
+                                         specs["layout"], _checked(profile, specs["training"])))
 
 
 JOBS: dict[str, Callable[..., Any]] = {

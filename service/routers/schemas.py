@@ -47,6 +47,10 @@ class ProblemIn(_Body):
     currency: Any = Field(
         default=None, description="ISO 4217 code of the price (three capital letters); replaces "
                                   "training.currency, echoed with every cost.", examples=["EUR"])
+    profile: dict[str, Any] | None = Field(
+        default=None, description="A calibrated profile (the JSON `trainplan calibrate` writes): its "
+                                  "constants and step-time band replace the shipped ones; 422 when its "
+                                  "schema or cost-model version does not match this server's.")
 
 
 class SearchIn(ProblemIn):

@@ -38,7 +38,7 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
                   "time_limit_capped": asked > settings.max_time_limit_s, "workers": workers}
 
 
-def run_search(model, cluster, training, options) -> dict[str, Any]:
+def run_search(model, cluster, training, options, profile: Any = None) -> dict[str, Any]:
     """Ranked layouts (solver.search.search_layouts). Raises: InfeasibleError, SpecError,
     SolverTimeoutError."""
     try:
@@ -46,10 +46,13 @@ def run_search(model, cluster, training, options) -> dict[str, Any]:
     except ImportError:  # package without its re-export
         from solver.search.api import search_layouts
 
-    return search_layouts(model, cluster, training, options).as_dict()
+    result = search_layouts(model, cluster, training, options,
+                            cost_options=None if profile is None else profile.options)
+    result.step_band = None if profile is None else profile.step_band  # a calibrated profile's band
+    return result.as_dict()
 
 
-def run_plan(model, cluster, training, options) -> dict[str, Any]:
+def run_plan(model, cluster, training, options, profile: Any = None) -> dict[str, Any]:
     """The plan of `trainplan plan` (solver.plan.build_plan), its layout ranking from the
     same search (solver.layouts.searched_layouts) under this request's options and caps.
 
@@ -58,17 +61,20 @@ def run_plan(model, cluster, training, options) -> dict[str, Any]:
     from solver.layouts import searched_layouts
     from solver.plan import build_plan
 
+    cost = {} if profile is None else {"cost_options": profile.options, "step_band": profile.step_band}
     return build_plan(model, cluster, training,
-                      rank_layouts=lambda m, c, t: searched_layouts(m, c, t, options))
+                      rank_layouts=lambda m, c, t: searched_layouts(m, c, t, options, **cost), **cost)
 
 
-def run_estimate(model, cluster, training, layout) -> dict[str, Any]:
+def run_estimate(model, cluster, training, layout, profile: Any = None) -> dict[str, Any]:
     """The estimate of `trainplan estimate` (solver.layouts.estimate): accounting plus the
     cost model's prediction. Raises: SpecError when the layout does not fit model or cluster.
     """
     from solver.layouts import estimate
 
-    return estimate(model, cluster, training, layout)
+    if profile is None:
+        return estimate(model, cluster, training, layout)
+    return estimate(model, cluster, training, layout, profile.options, profile.step_band)
 
 
 REPORT_LAYOUTS = 6  # layouts charted in a plan's report
