@@ -1,6 +1,8 @@
 """`trainplan calibrate RUNS.jsonl -o profile.json`: fit the cost model's constants to measured
 steps (solver.cost.calibrate) and write a profile that plan / search / estimate / validate take
-with --profile. Exit codes: 0 written, 2 bad input (unreadable file, bad line, no measured run)."""
+with --profile. `trainplan calibrate --measure --model M --cluster C --training T [--layout L]`
+measures them with microbenchmarks instead (service/measure.py) and writes the same profile.
+Exit codes: 0 written, 2 bad input (unreadable file, bad line, no measured run)."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +31,14 @@ def add_parser(subparsers) -> None:
                    help="use only the runs of this training.framework and record it in the profile")
     p.add_argument("-o", "--output", required=True, help="where to write the profile (JSON)")
     p.add_argument("--format", choices=("json", "md"), default="md", help="report format")
+    m = p.add_argument_group("--measure: microbenchmarks on this machine (torch if installed, else numpy)")
+    m.add_argument("--measure", action="store_true", help="measure GEMM, attention, HBM copy and collectives")
+    m.add_argument("--model", help="model preset or JSON path (the GEMM shapes)")
+    m.add_argument("--cluster", help="cluster preset or JSON path (the peaks the fractions divide by)")
+    m.add_argument("--training", help="training preset or JSON path (sequence length)")
+    m.add_argument("--layout", default='{"tp": 1, "pp": 1, "dp": 1}', help="layout (TP splits the GEMMs)")
+    m.add_argument("--max-dim", type=int, default=None, help="cap every GEMM/attention dimension (quick runs)")
+    m.add_argument("--repeats", type=int, default=5, help="timed repeats per kernel (median counts)")
     p.set_defaults(run=run)
 
 
@@ -97,15 +107,57 @@ def render_md(p: dict[str, Any]) -> str:
         f"Not fitted: {f['not_fitted']}."])
 
 
+def measured_profile(args: argparse.Namespace) -> dict[str, Any]:
+    """The profile from microbenchmarks (service/measure.py)."""
+    from service.measure import measure_profile
+    from solver.presets import load_layout, load_model, load_training
+    from topology.catalog import load_cluster
+
+    missing = [f"--{n}" for n in ("model", "cluster", "training") if getattr(args, n) is None]
+    if missing:
+        raise SpecError(f"calibrate --measure: give {', '.join(missing)}")
+    if (args.max_dim is not None and args.max_dim < 1) or args.repeats < 1:
+        raise SpecError("calibrate --measure: --max-dim and --repeats must be positive")
+    m = measure_profile(load_model(args.model), load_cluster(args.cluster), load_training(args.training),
+                        load_layout(args.layout), args.max_dim, args.repeats)
+    measured = m.pop("constants")
+    constants = {k: v["value"] for k, v in measured.items()}
+    return {"schema_version": PROFILE_SCHEMA, "model_version": MODEL_VERSION, "framework": args.framework,
+            "method": "measure", "constants": constants,
+            "shipped_constants": {k: getattr(DEFAULT_OPTIONS, k) for k in BOUNDS},
+            "fitted_on": {"measurements": m, "backend": m["backend"], "device": m["device"],
+                          "fractions": measured},
+            "clipped": [k for k, v in measured.items() if v["clipped"]]}
+
+
+def render_measure(p: dict[str, Any]) -> str:
+    m = p["fitted_on"]["measurements"]
+    rows = [f"| {k} | {p['shipped_constants'][k]:.3f} | {v:.3f} | {'yes' if k in p['clipped'] else 'no'} |"
+            for k, v in p["constants"].items()]
+    coll = m["collectives"]
+    return "\n".join([f"# Measured profile (backend {m['backend']} on {m['device']})", "",
+                      "| constant | shipped | measured | clipped to bounds |", "|---|---:|---:|:---:|", *rows, "",
+                      f"GEMM {m['gemm']['achieved_flops_per_s'] / 1e12:.3f} TFLOP/s, attention "
+                      f"{m['attention']['achieved_flops_per_s'] / 1e12:.3f} TFLOP/s, copy "
+                      f"{m['hbm_copy']['achieved_gb_s']:.1f} GB/s (1 GB = 1e9 bytes).",
+                      "Collectives: " + (coll["skipped"] if "skipped" in coll else
+                                         f"all-reduce {coll['all_reduce_bus_gb_s']:.1f} GB/s, all-gather "
+                                         f"{coll['all_gather_bus_gb_s']:.1f} GB/s bus bandwidth over "
+                                         f"{coll['ranks']} ranks (set the cluster spec's bandwidth_gb_s)") + "."])
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.runs is None:
-        raise SpecError("runs: give a JSON-lines file of measured runs")
-    cases, sha = _read(args.runs)
-    profile = build_profile(cases, args.framework, args.runs, sha)
+    if args.measure:
+        profile = measured_profile(args)
+    elif args.runs is None:
+        raise SpecError("runs: give a JSON-lines file of measured runs (or --measure)")
+    else:
+        cases, sha = _read(args.runs)
+        profile = build_profile(cases, args.framework, args.runs, sha)
     try:
         with open(args.output, "w", encoding="utf-8") as handle:
             json.dump(profile, handle, indent=1)
     except OSError as exc:
         raise SpecError(f"output: cannot write '{args.output}': {exc.strerror}") from None
-    emit(profile, args.format, render_md)
+    emit(profile, args.format, render_measure if args.measure else render_md)
     return 0
