@@ -1,8 +1,10 @@
 """Hugging Face config.json -> ModelSpec.
 
 Llama/Mistral/Qwen2 keys: num_hidden_layers, hidden_size, intermediate_size,
-num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings.
-GPT-2 keys: n_layer, n_embd, n_head, n_inner (default 4 x n_embd), vocab_size, n_positions.
+num_attention_heads, num_key_value_heads, head_dim, vocab_size, tie_word_embeddings,
+rope_theta, rms_norm_eps.
+GPT-2 keys: n_layer, n_embd, n_head, n_inner (default 4 x n_embd), vocab_size, n_positions,
+layer_norm_epsilon.
 
 Mixture-of-experts and MLA families (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
 Llama 4 text) are read by solver.hf_moe, which refuses any key it does not know. A model_type
@@ -79,6 +81,8 @@ def _llama(data: dict[str, Any]) -> dict[str, Any]:
         "bias": bool(data.get("attention_bias", False) or data.get("mlp_bias", False)),
         "qkv_bias": data.get("model_type") in _QKV_BIAS,
         "qk_norm": "head" if data.get("model_type") in _QK_NORM_HEAD else "none",
+        "rope_base": data.get("rope_theta"),
+        "norm_eps": data.get("rms_norm_eps"),
     }
 
 
@@ -114,6 +118,7 @@ def _gpt2(data: dict[str, Any]) -> dict[str, Any]:
         "norm": "layernorm",
         "bias": True,
         "max_positions": data.get("n_positions") or data.get("n_ctx") or 1024,
+        "norm_eps": data.get("layer_norm_epsilon"),
     }
 
 

@@ -65,6 +65,14 @@ class ModelSpec(StrictModel):
         default=0, ge=0, le=16,
         description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); their "
                     "parameters are reported apart from the main model's total.")
+    rope_base: float | None = Field(
+        default=None, gt=0, le=1e12,
+        description="Rotary base (theta) for rope positions. Read by launcher exports only; "
+                    "None: not stated, exports use 10000 (Su et al. 2021, RoFormer) and say so.")
+    norm_eps: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="Epsilon of the norms. Read by launcher exports only; None: not stated, "
+                    "exports use 1e-5 (Megatron-LM's and torchtitan's default) and say so.")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

@@ -2,11 +2,8 @@
 
 The frameworks (Megatron-LM, torchtitan, DeepSpeed) need torch and GPUs and cannot be
 installed here, so their parsers are represented by the option names they declare:
-- Megatron-LM: megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 000c4ac2...):
-  group.add_argument('--tensor-model-parallel-size' ...), '--num-layers-per-virtual-pipeline-stage',
-  '--recompute-granularity' choices ['full', 'selective'], '--recompute-method' choices
-  ['uniform', 'block'], '--data-parallel-sharding-strategy' choices ['no_shard', 'optim',
-  'optim_grads', 'optim_grads_params'] (Megatron-FSDP docs), '--decoder-first-pipeline-num-layers'.
+- Megatron-LM: tests/service/test_export_megatron.py checks its exports against the extracted
+  option fixture tests/fixtures/frameworks/megatron.json.
 - torchtitan: torchtitan/config/job_config.py (pytorch/torchtitan, commit 000204a4...),
   dataclasses Training, Parallelism, ActivationCheckpoint (mode: 'selective'|'full'|'none').
 - DeepSpeed: config-json docs (train_batch_size = micro x accumulation x DP world size).
@@ -18,36 +15,12 @@ import tomllib
 import pytest
 
 from service.launchers import (
-    deepspeed_config, deepspeed_warnings, launchers, megatron_args, megatron_env, rank_placement,
-    to_toml, torchrun_args, torchtitan_config,
+    deepspeed_config, deepspeed_warnings, launchers, rank_placement, to_toml, torchrun_args,
+    torchtitan_config,
 )
 from solver.specs import LayoutSpec
 from topology.catalog import load_cluster
 
-MEGATRON_OPTIONS = {
-    "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,
-    "--context-parallel-size": int, "--num-layers-per-virtual-pipeline-stage": int,
-    "--num-virtual-stages-per-pipeline-rank": int, "--sequence-parallel": None,
-    "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
-    "--no-gradient-accumulation-fusion": None,
-    "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
-    "--ckpt-format": ("torch", "torch_dist", "zarr", "fsdp_dtensor"),
-    "--micro-batch-size": int, "--global-batch-size": int,
-    "--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
-    "--recompute-num-layers": int, "--num-layers": int, "--hidden-size": int,
-    "--ffn-hidden-size": int, "--num-attention-heads": int, "--kv-channels": int,
-    "--seq-length": int, "--max-position-embeddings": int, "--group-query-attention": None,
-    "--num-query-groups": int, "--swiglu": None, "--untie-embeddings-and-output-weights": None,
-    "--disable-bias-linear": None,
-    # transformer_config.py add_qkv_bias, as --add-qkv-bias (argument_utils.py; Megatron-LM d98e8a64).
-    "--add-qkv-bias": None, "--position-embedding-type": ("learned_absolute", "rope", "none"),
-    "--normalization": ("LayerNorm", "RMSNorm"), "--bf16": None,
-    "--decoder-first-pipeline-num-layers": int, "--decoder-last-pipeline-num-layers": int,
-    # megatron/training/arguments.py: "rank initialization order tp-cp-ep-pp-dp".
-    "--use-tp-pp-dp-mapping": None,
-    # arguments.py: "If set, overlap DDP grad reduce." / "... param all-gather in distributed optimizer."
-    "--overlap-grad-reduce": None, "--overlap-param-gather": None,
-}
 TORCHTITAN_KEYS = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
     "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
@@ -59,60 +32,9 @@ TORCHTITAN_KEYS = {
 }
 
 
-def parse_megatron(args: list[str]) -> dict[str, object]:
-    """A strict stand-in for Megatron's argparse: known options, typed values, choices."""
-    out, i = {}, 0
-    while i < len(args):
-        name = args[i]
-        assert name in MEGATRON_OPTIONS, f"unknown Megatron-LM option {name}"
-        kind = MEGATRON_OPTIONS[name]
-        if kind is None:
-            out[name] = True
-            i += 1
-            continue
-        value = args[i + 1]
-        out[name] = int(value) if kind is int else value
-        assert kind is int or value in kind, f"{name} {value} not in {kind}"
-        i += 2
-    return out
-
-
 @pytest.fixture(scope="module")
 def seed_specs(seed_model, seed_cluster, seed_training):
     return seed_model, seed_cluster, seed_training
-
-
-def test_megatron_seed_layout(seed_specs, seed_layout):
-    """Seed plan: TP8 in-node, DP64, ZeRO-1, micro-batch 1, 8 micro-batches -> 512 sequences."""
-    m, _, t = seed_specs
-    a = parse_megatron(megatron_args(m, t, seed_layout))
-    assert a["--tensor-model-parallel-size"] == 8 and a["--pipeline-model-parallel-size"] == 1
-    assert a["--sequence-parallel"] and a["--use-distributed-optimizer"]
-    assert a["--overlap-grad-reduce"] and a["--overlap-param-gather"]  # as dp_exposed_s assumes
-    assert a["--micro-batch-size"] == 1 and a["--global-batch-size"] == 512  # 64 x 1 x 8
-    assert a["--recompute-granularity"] == "selective" and "--recompute-method" not in a
-    assert a["--num-query-groups"] == 8 and a["--swiglu"] and "--untie-embeddings-and-output-weights" not in a
-    assert a["--seq-length"] == 8192 and a["--bf16"]
-    assert megatron_env(seed_layout) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-
-
-@pytest.mark.parametrize("zero, strategy", [(2, "optim_grads"), (3, "optim_grads_params")])
-def test_megatron_zero_2_3_use_fsdp_strategies(seed_specs, seed_layout, zero, strategy):
-    m, _, t = seed_specs
-    a = parse_megatron(megatron_args(m, t, seed_layout.model_copy(update={"zero_stage": zero})))
-    assert a["--use-megatron-fsdp"] and a["--data-parallel-sharding-strategy"] == strategy
-
-
-def test_megatron_interleaving_full_recompute_and_uneven_split(seed_specs):
-    m, _, t = seed_specs
-    lay = LayoutSpec(tp=4, pp=4, vpp=5, dp=32, micro_batch=1, recompute="full")
-    a = parse_megatron(megatron_args(m, t, lay))
-    assert a["--num-layers-per-virtual-pipeline-stage"] == 4  # 80 layers / (4 x 5)
-    assert (a["--recompute-granularity"], a["--recompute-method"]) == ("full", "uniform")
-    uneven = LayoutSpec(tp=8, pp=4, dp=16)
-    a = parse_megatron(megatron_args(m, t, uneven, split=[19, 21, 21, 19]))
-    assert a["--decoder-first-pipeline-num-layers"] == 19
-    assert a["--decoder-last-pipeline-num-layers"] == 19
 
 
 def test_torchtitan_toml_round_trips(seed_specs, seed_layout):
@@ -199,17 +121,10 @@ def test_groups_of_rank0_agree_with_topology_placement(seed_cluster):
         assert p["groups_of_rank0"][kind] == placed.groups(kind)[0], kind
 
 
-def test_rank_order_reaches_megatron_and_the_placement():
-    """tp-cp-pp-dp -> --use-tp-pp-dp-mapping; rank 1 of TP1 x PP2 x DP2 is PP stage 1 (its
-    pipeline neighbour is the next rank), so ranks 0 and 1 are a PP group, not a DP group."""
-    from solver.presets import load_model, load_training
-
+def test_rank_order_reaches_the_placement():
+    """tp-cp-pp-dp: rank 1 of TP1 x PP2 x DP2 is PP stage 1 (its pipeline neighbour is the
+    next rank), so ranks 0 and 1 are a PP group, not a DP group."""
     lay = LayoutSpec(tp=1, pp=2, dp=2, rank_order="tp-cp-pp-dp")
-    args = megatron_args(load_model("llama3-8b"), load_training("seed-300b"), lay)
-    assert "--use-tp-pp-dp-mapping" in args
-    default = megatron_args(load_model("llama3-8b"), load_training("seed-300b"),
-                            lay.model_copy(update={"rank_order": "tp-cp-dp-pp"}))
-    assert "--use-tp-pp-dp-mapping" not in default
     c = load_cluster({"name": "c", "nodes": 1, "gpus_per_node": 4, "gpu": "seed-gpu",
                       "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
                       "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}})

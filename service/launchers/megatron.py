@@ -1,0 +1,219 @@
+"""Megatron-LM export: pretrain_gpt.py arguments, environment and the torchrun line.
+
+Every option name, type and choice below is Megatron-LM's own, from
+megatron/training/arguments.py and the dataclasses its ArgumentGroupFactory turns into options
+(megatron/core/model_parallel_config.py, megatron/core/transformer/transformer_config.py,
+megatron/training/config/*.py) at NVIDIA/Megatron-LM commit d98e8a64ddf3 (2026-08-22);
+tests/fixtures/frameworks/megatron.json holds them, extracted by
+benchmarks/extract_framework_options.py. Rules the export obeys (same files):
+- interleaving (arguments.py validate_args): layers divisible by pp (arguments.py: 'Number of
+  layers should be divisible by the pipeline-model-parallel size'), layers per stage divisible
+  by --num-layers-per-virtual-pipeline-stage; with p2p overlap disabled interleaving needs
+  pp > 2. p2p overlap is on by default (`--no-overlap-p2p-communication` is a store_false
+  option), so PP = 2 with interleaving runs as long as the export never disables it; there is
+  no `--overlap-p2p-comm` option at this commit.
+- uneven pipelines: --decoder-first/last-pipeline-num-layers; with interleaving they need
+  --num-virtual-stages-per-pipeline-rank (arguments.py) and stage sizes divisible by vpp, and
+  the middle stages split evenly (transformer_config.py, 'Uneven PP').
+- ZeRO-1 is --use-distributed-optimizer; ZeRO-2/3 are Megatron-FSDP's optim_grads /
+  optim_grads_params strategies (Megatron-FSDP docs), which want CUDA_DEVICE_MAX_CONNECTIONS
+  unset (arguments.py asserts != "1").
+- context parallelism: seq-length divisible by 2 x cp (arguments.py); it runs on Transformer
+  Engine attention only, so CP > 1 with attention_kernel 'unfused' is refused.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+
+from service.launchers.common import DROPOUT, ModelValues, model_values, refuse
+from solver.cost.accounting import batch_plan
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+
+# Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP
+# (megatron/training/vocab_utils.py); default 128.
+VOCAB_DIVISOR_DEFAULT = 128
+
+
+def _rank_layers(layout: LayoutSpec, split: list[int] | None) -> list[int] | None:
+    """Layers per pipeline rank from a per-stage or per-chunk split (chunk c on rank c mod pp)."""
+    if not split:
+        return None
+    if len(split) == layout.pp:
+        return list(split)
+    return [sum(split[r::layout.pp]) for r in range(layout.pp)]
+
+
+def pipeline_rules(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[tuple[str, str]]:
+    """Megatron-LM's pipeline checks that this layout would fail (empty when it runs)."""
+    pp, vpp, ranks = layout.pp, layout.vpp, _rank_layers(layout, split)
+    if pp == 1:
+        return []
+    if split and len(split) == pp * vpp and vpp > 1 and any(
+            len(set(split[r::pp])) > 1 for r in range(pp)):
+        return [("layout.pipeline_layers", "Megatron-LM gives every model chunk of a rank the same "
+                 "layer count (transformer_config.py); this split does not")]
+    if ranks is None or len(set(ranks)) == 1:
+        if m.layers % (pp * vpp):
+            return [("layout.pp", f"model.layers ({m.layers}) must be divisible by pp x vpp "
+                     f"({pp * vpp}) (arguments.py validate_args; use pipeline_layers for an "
+                     "uneven first/last stage)")]
+        return []
+    middle, out = ranks[1:-1], []
+    if len(set(middle)) > 1:
+        out.append(("layout.pipeline_layers", "Megatron-LM's uneven pipeline sets only the first and "
+                    "last stage; middle stages must be equal (transformer_config.py 'Uneven PP')"))
+    if vpp > 1 and any(n % vpp for n in (ranks[0], ranks[-1], *middle)):
+        out.append(("layout.pipeline_layers", f"with interleaving every rank's layers must be "
+                    f"divisible by vpp ({vpp}) (transformer_config.py 'Uneven PP')"))
+    return out
+
+
+def megatron_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                   split: list[int] | None) -> list[tuple[str, str]]:
+    """Every Megatron-LM rule the layout breaks, as (field, rule with its source)."""
+    out = pipeline_rules(m, layout, split)
+    if layout.cp > 1 and t.attention_kernel == "unfused":
+        out.append(("training.attention_kernel", "Megatron-LM runs context parallelism only on "
+                    "Transformer Engine (fused/flash) attention, not 'unfused'"))
+    if layout.cp > 1 and t.seq_len % (2 * layout.cp):
+        out.append(("layout.cp", f"seq_len ({t.seq_len}) must be a multiple of 2 x cp "
+                    f"({2 * layout.cp}) (arguments.py)"))
+    if m.position_embedding == "rope" and m.rope_base is not None and m.rope_base != int(m.rope_base):
+        out.append(("model.rope_base", "Megatron-LM's --rotary-base takes an integer (arguments.py)"))
+    return out
+
+
+def _pipeline_args(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[str]:
+    ranks = _rank_layers(layout, split)
+    if layout.pp == 1:
+        return []
+    if ranks is not None and len(set(ranks)) > 1:
+        args = ["--decoder-first-pipeline-num-layers", str(ranks[0]),
+                "--decoder-last-pipeline-num-layers", str(ranks[-1])]
+        return args + (["--num-virtual-stages-per-pipeline-rank", str(layout.vpp)] if layout.vpp > 1 else [])
+    if layout.vpp > 1:
+        return ["--num-layers-per-virtual-pipeline-stage", str(m.layers // (layout.pp * layout.vpp))]
+    return []
+
+
+def _zero_args(zero_stage: int) -> list[str]:
+    """ZeRO-1 is Megatron's distributed optimizer; 2 and 3 are Megatron-FSDP strategies."""
+    if zero_stage == 0:
+        return []
+    if zero_stage == 1:
+        return ["--use-distributed-optimizer"]
+    strategy = "optim_grads" if zero_stage == 2 else "optim_grads_params"
+    # Megatron-FSDP "How to use" (Megatron-LM docs): these flags plus its checkpoint format.
+    return ["--use-distributed-optimizer", "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy", strategy, "--no-gradient-accumulation-fusion",
+            "--ckpt-format", "fsdp_dtensor"]
+
+
+def _recompute_args(recompute: str) -> list[str]:
+    if recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", "1"]
+    return []
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """The largest make-vocab-size-divisible-by <= 128 whose padding (to a multiple of it x TP)
+    leaves the model's vocabulary unchanged; 128 when no such value exists (then padded)."""
+    if vocab % tp:
+        return VOCAB_DIVISOR_DEFAULT
+    return math.gcd(vocab // tp, VOCAB_DIVISOR_DEFAULT)
+
+
+def _model_args(m: ModelSpec, t: TrainingSpec, tp: int, values: ModelValues) -> list[str]:
+    args = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden),
+            "--ffn-hidden-size", str(m.ffn_hidden), "--num-attention-heads", str(m.heads),
+            "--kv-channels", str(m.head_dim), "--seq-length", str(t.seq_len),
+            "--max-position-embeddings", str(m.max_positions or t.seq_len),
+            "--vocab-size", str(m.vocab), "--make-vocab-size-divisible-by", str(vocab_divisor(m.vocab, tp))]
+    if m.kv_heads != m.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
+    if m.ffn_gated:
+        args.append("--swiglu")
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.bias:  # with biases on (the default) Megatron also adds the QKV bias
+        args.append("--disable-bias-linear")
+        # TransformerConfig.add_qkv_bias "Add a bias term only for QKV projections" (Qwen2).
+        if m.qkv_bias:
+            args.append("--add-qkv-bias")
+    if m.position_embedding == "rope":
+        args += ["--position-embedding-type", "rope", "--rotary-base", str(int(values.rope_base))]
+    else:
+        args += ["--position-embedding-type", "learned_absolute"]
+    args += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
+             "--norm-epsilon", repr(values.norm_eps),
+             "--attention-dropout", repr(DROPOUT), "--hidden-dropout", repr(DROPOUT)]
+    return args
+
+
+def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                  split: list[int] | None = None) -> list[str]:
+    """pretrain_gpt.py arguments for the layout (tokenizer, data and LR are left to the user).
+
+    `split` is the layers per pipeline stage (or per chunk) when the search chose an uneven
+    split. Raises: SpecError naming the Megatron-LM rule the layout breaks.
+    """
+    refuse("megatron-core", megatron_rules(m, t, layout, split))
+    batch = batch_plan(t, layout.dp, layout.micro_batch)
+    args = ["--tensor-model-parallel-size", str(layout.tp),
+            "--pipeline-model-parallel-size", str(layout.pp),
+            "--context-parallel-size", str(layout.cp)]
+    args += _pipeline_args(m, layout, split)
+    if layout.rank_order == "tp-cp-pp-dp":  # parallel_state order 'tp-cp-ep-pp-dp'
+        args.append("--use-tp-pp-dp-mapping")
+    if layout.sequence_parallel:
+        args.append("--sequence-parallel")
+    args += _zero_args(layout.zero_stage)
+    if layout.dp * layout.cp > 1:  # the cost model hides DP traffic under compute (dp_exposed_s)
+        args.append("--overlap-grad-reduce")
+        if layout.zero_stage >= 1:  # arguments.py: needs the distributed optimizer or FSDP
+            args.append("--overlap-param-gather")
+    args += ["--micro-batch-size", str(layout.micro_batch),
+             "--global-batch-size", str(batch.sequences_per_step)]
+    args += _recompute_args(layout.recompute)
+    args += ["--attention-backend", "unfused" if t.attention_kernel == "unfused" else "flash"]
+    args += _model_args(m, t, layout.tp, model_values(m))
+    if t.precision.weight_bytes == 2:
+        args.append("--bf16")
+    return args
+
+
+def megatron_env(layout: LayoutSpec) -> dict[str, str]:
+    """Environment Megatron-LM checks: TP/CP overlap wants CUDA_DEVICE_MAX_CONNECTIONS=1
+    before Blackwell (arguments.py); Megatron-FSDP (ZeRO 2/3) asserts it is not 1."""
+    if (layout.tp > 1 or layout.cp > 1) and layout.zero_stage < 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def megatron_command(args: list[str], env: dict[str, str], torchrun: list[str]) -> str:
+    """One shell line per node: env, torchrun (node rank and master address from the
+    scheduler's environment), pretrain_gpt.py and the arguments."""
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    launch = ["torchrun", *torchrun, "--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR",
+              "--master-port", "${MASTER_PORT:-6000}", "pretrain_gpt.py"]
+    line = " ".join(launch) + " " + shlex.join(args)
+    return f"{prefix} {line}" if prefix else line
+
+
+def megatron_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchrun: list[str],
+                    split: list[int] | None = None) -> dict:
+    """The Megatron-LM launch block. Raises: SpecError when Megatron-LM cannot run the layout."""
+    args, env = megatron_args(m, t, layout, split), megatron_env(layout)
+    notes = [*model_values(m).notes,
+             f"add tokenizer, data, optimizer and checkpoint arguments; the tokenizer's vocabulary "
+             f"must be {m.vocab} tokens (--vocab-size is what NullTokenizer uses)"]
+    if m.vocab % (vocab_divisor(m.vocab, layout.tp) * layout.tp):
+        notes.append(f"Megatron pads the vocabulary {m.vocab} to a multiple of "
+                     f"{VOCAB_DIVISOR_DEFAULT * layout.tp}; the padded rows are not in the plan")
+    return {"args": args, "env": env, "torchrun": torchrun,
+            "command": megatron_command(args, env, torchrun), "notes": notes,
+            "source": "NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553"}
