@@ -326,6 +326,11 @@ TITAN_CLASSES = {
     "RMSNorm.Config": "torchtitan/models/common/nn_modules.py",
     "Embedding.Config": "torchtitan/models/common/embedding.py",
     "Linear.Config": "torchtitan/models/common/linear.py",
+    "Llama3TransformerBlock.Config": "torchtitan/models/llama3/model.py",
+    "TransformerBlock.Config": "torchtitan/models/common/decoder.py",
+    "ChunkedLossWrapper.Config": "torchtitan/components/loss.py",
+    "ModelSpec": "torchtitan/protocols/model_spec.py",
+    "CrossEntropyLoss.Config": "torchtitan/components/loss.py",
 }
 TITAN_FUNCTIONS = {
     "_build_llama3_layers": "torchtitan/models/llama3/__init__.py",
@@ -340,6 +345,9 @@ TITAN_MODULES = {
     "torchtitan.distributed.activation_checkpoint": "torchtitan/distributed/activation_checkpoint.py",
     "torchtitan.protocols.model_spec": "torchtitan/protocols/model_spec.py",
     "torchtitan.trainer": "torchtitan/trainer.py",
+    "torchtitan.components.loss": "torchtitan/components/loss.py",
+    "torchtitan.models.common.config_utils": "torchtitan/models/common/config_utils.py",
+    "torchtitan.models.llama3.model": "torchtitan/models/llama3/model.py",
 }
 # torch.distributed.pipelining schedules by kind (pytorch/pytorch
 # torch/distributed/pipelining/schedules.py: ScheduleGPipe/Schedule1F1B subclass
@@ -380,6 +388,7 @@ DS_CLASSES = {
     "tensor_parallel": ("deepspeed/runtime/tensor_parallel/config.py", "TPTrainingConfig"),
 }
 DS_RUNNER = "deepspeed/launcher/runner.py"
+DS_SCRIPT_ARGS = "deepspeed/__init__.py"  # add_config_arguments: --deepspeed, --deepspeed_config
 
 
 def _constants(repo: Repo) -> dict[str, Any]:
@@ -402,9 +411,10 @@ def extract_deepspeed(repo: Repo) -> dict[str, Any]:
         fields = dataclass_fields(repo, path, cls, "deepspeed")
         sections[key] = {"path": path, "class": cls, "fields": fields}
     return {"framework": "deepspeed", "repository": "deepspeedai/DeepSpeed", "commit": repo.commit,
-            "paths": sorted({DS_CONSTANTS, DS_RUNNER} | {p for p, _ in DS_CLASSES.values()}),
+            "paths": sorted({DS_CONSTANTS, DS_RUNNER, DS_SCRIPT_ARGS} | {p for p, _ in DS_CLASSES.values()}),
             "top_level_keys": _constants(repo), "sections": sections,
-            "zero_stages": [0, 1, 2, 3], "launcher": add_argument_calls(repo, DS_RUNNER)}
+            "zero_stages": [0, 1, 2, 3], "launcher": add_argument_calls(repo, DS_RUNNER),
+            "script_arguments": add_argument_calls(repo, DS_SCRIPT_ARGS)}
 
 
 # ------------------------------------------------------------------ main

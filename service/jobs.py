@@ -46,7 +46,7 @@ def _inputs(body: dict[str, Any], settings) -> tuple:
 
 
 def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, Any]:
-    from service.launchers import launchers, rank_placement
+    from service.launchers import BLOCKS, launchers, rank_placement
     from solver.specs import LayoutSpec
 
     # Every LayoutSpec field the entry carries: rank_order decides the placement and
@@ -55,7 +55,10 @@ def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, 
                                        strict=False)
     placement = rank_placement(cluster, layout)
     split = entry.get("pipeline_split")
-    return {**entry, "launchers": launchers(model, training, layout, placement, split),
+    exports = launchers(model, training, layout, placement, split)
+    # `launch`: the block of the framework the training spec names (a refusal names its rule)
+    return {**entry, "launchers": exports,
+            "launch": {"framework": training.framework, **exports[BLOCKS[training.framework]]},
             "placement": placement}
 
 

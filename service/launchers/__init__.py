@@ -1,24 +1,58 @@
-"""Launcher exports for one layout, each checked against its framework's own options:
-Megatron-LM arguments (megatron.py), torchtitan (torchtitan.py), DeepSpeed (deepspeed.py),
-and the rank-to-GPU placement (placement.py).
+"""Launcher exports for one layout, each checked against its framework's own options and
+rules: Megatron-LM arguments (megatron.py), a torchtitan configuration module
+(torchtitan.py), a DeepSpeed config and launcher line (deepspeed.py), and the rank-to-GPU
+placement (placement.py).
 
-A framework that cannot run a layout as planned refuses it with a SpecError naming its rule;
+A framework that cannot run a layout as planned refuses it with a SpecError naming the rule
+(its profile's capability, solver/data/frameworks/<name>.json, or its own check);
 `launchers` reports such a refusal in place of that framework's block.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from service.launchers.deepspeed import deepspeed_config, deepspeed_warnings
-from service.launchers.megatron import megatron_args, megatron_command, megatron_env, megatron_export
+from service.launchers.common import capability_rules, refuse
+from service.launchers.deepspeed import deepspeed_config, deepspeed_export, deepspeed_rules
+from service.launchers.megatron import (
+    megatron_args, megatron_command, megatron_env, megatron_export, megatron_rules,
+)
 from service.launchers.placement import RANKS_LISTED_MAX, rank_placement, torchrun_args
-from service.launchers.torchtitan import to_toml, torchtitan_config
+from service.launchers.torchtitan import torchtitan_export, torchtitan_rules, torchtitan_settings
 from solver.errors import SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
-__all__ = ["RANKS_LISTED_MAX", "deepspeed_config", "deepspeed_warnings", "launchers", "megatron_args",
-           "megatron_command", "megatron_env", "megatron_export", "rank_placement", "refusal",
-           "to_toml", "torchrun_args", "torchtitan_config"]
+__all__ = ["BLOCKS", "RANKS_LISTED_MAX", "deepspeed_config", "export_layout", "framework_rules", "launchers",
+           "megatron_args", "megatron_command", "megatron_env", "rank_placement", "refusal",
+           "torchrun_args", "torchtitan_settings"]
+
+# launch-block key of each framework in `launchers`
+BLOCKS = {"megatron-core": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+
+
+def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                    split: list[int] | None) -> list[tuple[str, str]]:
+    """Every rule of `framework` the layout breaks: its profile's capabilities, then the
+    framework's own checks on the exported configuration. Empty when it runs."""
+    out = capability_rules(framework, t, layout, split)
+    if framework == "megatron-core":
+        out += megatron_rules(m, t, layout, split)
+    elif framework == "torchtitan":
+        out += torchtitan_rules(m, layout)
+    else:
+        out += deepspeed_rules(layout)
+    return list(dict.fromkeys(out))
+
+
+def export_layout(framework: str, m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                  placement: dict[str, Any], split: list[int] | None = None) -> dict[str, Any]:
+    """The launch block of one framework. Raises: SpecError naming every rule it breaks."""
+    refuse(framework, framework_rules(framework, m, t, layout, split))
+    run = torchrun_args(placement)
+    if framework == "megatron-core":
+        return megatron_export(m, t, layout, run, split)
+    if framework == "torchtitan":
+        return torchtitan_export(m, t, layout, run, split)
+    return deepspeed_export(m, t, layout, placement)
 
 
 def refusal(exc: SpecError) -> dict[str, Any]:
@@ -28,16 +62,13 @@ def refusal(exc: SpecError) -> dict[str, Any]:
 
 def launchers(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, placement: dict[str, Any],
               split: list[int] | None = None) -> dict[str, Any]:
-    """Every launcher export for one layout (placement from `rank_placement`; `split` the
-    layers per pipeline stage when uneven); a framework that refuses gets its refusal."""
-    try:
-        megatron = megatron_export(m, t, layout, torchrun_args(placement), split)
-    except SpecError as exc:
-        megatron = refusal(exc)
-    titan = torchtitan_config(m, t, layout, split)
-    titan_notes = ["torchtitan TP always shards the sequence (sequence parallelism)"]
-    return {
-        "megatron": megatron,
-        "torchtitan": {"config": titan, "toml": to_toml(titan), "notes": titan_notes},
-        "deepspeed": {"config": deepspeed_config(t, layout), "warnings": deepspeed_warnings(layout)},
-    }
+    """Every framework's launch block for one layout (placement from `rank_placement`;
+    `split` the layers per pipeline stage or chunk when uneven); a refusal where a
+    framework cannot run it."""
+    out: dict[str, Any] = {}
+    for framework, key in BLOCKS.items():
+        try:
+            out[key] = export_layout(framework, m, t, layout, placement, split)
+        except SpecError as exc:
+            out[key] = refusal(exc)
+    return out

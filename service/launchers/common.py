@@ -4,9 +4,10 @@ cannot run (a SpecError naming the framework's rule and its source)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from solver.errors import Problem, SpecError
-from solver.specs import ModelSpec
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 # RoFormer (Su et al. 2021, eq. 15) uses base 10000; it is Megatron-LM's --rotary-base default
 # and torchtitan's RoPE.Config.theta default (tests/fixtures/frameworks/*.json).
@@ -45,3 +46,48 @@ def refuse(framework: str, rules: list[tuple[str, str]]) -> None:
         problems = [Problem(f, r) for f, r in rules]
         raise SpecError(f"{framework} cannot run this layout as planned: "
                         + "; ".join(str(p) for p in problems), problems)
+
+
+def _cite(cap: Any) -> str:
+    src = cap.sources[0]
+    return f"{src.repository} {src.path}"
+
+
+def capability_rules(framework: str, t: TrainingSpec, layout: LayoutSpec,
+                     split: list[int] | None) -> list[tuple[str, str]]:
+    """The framework profile's capability rules (solver/data/frameworks/<name>.json, each
+    cited to the framework's source) that the layout breaks, as (field, rule)."""
+    from solver.frameworks import load_framework
+
+    caps = load_framework(framework).capabilities
+    out: list[tuple[str, str]] = []
+    stages = (caps.zero_stages_with_pp if layout.pp > 1 else caps.zero_stages_without_pp)
+    if layout.zero_stage not in stages.value:
+        where = "with" if layout.pp > 1 else "without"
+        out.append(("layout.zero_stage", f"{framework} runs ZeRO stages {list(stages.value)} {where} "
+                    f"pipeline parallelism, not {layout.zero_stage} ({_cite(stages)})"))
+    if layout.cp > 1 and layout.zero_stage == 0 and not caps.zero0_with_cp.value:
+        out.append(("layout.zero_stage", f"{framework} shards parameters over the CP ranks: ZeRO-0 "
+                    f"with cp > 1 is not possible ({_cite(caps.zero0_with_cp)})"))
+    if layout.tp > 1 and not caps.tensor_parallel.value:
+        out.append(("layout.tp", f"{framework} has no tensor parallelism ({_cite(caps.tensor_parallel)})"))
+    if layout.tp > 1 and layout.zero_stage == 3 and not caps.zero3_with_tp.value:
+        out.append(("layout.zero_stage", f"{framework} does not combine ZeRO-3 with tensor parallelism "
+                    f"({_cite(caps.zero3_with_tp)})"))
+    if layout.sequence_parallel and not caps.sequence_parallel.value:
+        out.append(("layout.sequence_parallel", f"{framework} has no Megatron-style sequence "
+                    f"parallelism ({_cite(caps.sequence_parallel)})"))
+    kernels = caps.context_parallel_kernels
+    if layout.cp > 1 and t.attention_kernel not in kernels.value:
+        out.append(("layout.cp", f"{framework} runs context parallelism with attention kernels "
+                    f"{list(kernels.value)}, not '{t.attention_kernel}' ({_cite(kernels)})"))
+    if layout.vpp > 1 and not caps.interleaving.value:
+        out.append(("layout.vpp", f"{framework} has no interleaved pipeline schedule "
+                    f"({_cite(caps.interleaving)})"))
+    elif layout.vpp > 1 and layout.pp < caps.interleave_min_pp.value:
+        out.append(("layout.pp", f"{framework} interleaves only at pp >= {caps.interleave_min_pp.value} "
+                    f"({_cite(caps.interleave_min_pp)})"))
+    if split and len(set(split)) > 1 and not caps.uneven_pipeline.value:
+        out.append(("layout.pipeline_layers", f"{framework} splits pipeline stages evenly only "
+                    f"({_cite(caps.uneven_pipeline)})"))
+    return out

@@ -1,35 +1,97 @@
-"""DeepSpeed export: the JSON config and the launcher line."""
+"""DeepSpeed export: the JSON config, the `deepspeed` launcher line, and the model as a
+Hugging Face (Llama-style) config for the model code DeepSpeed wraps.
+
+Keys and options are DeepSpeed's own at deepspeedai/DeepSpeed commit edaa7221 (2026-08-22):
+deepspeed/runtime/constants.py (train_batch_size, train_micro_batch_size_per_gpu,
+gradient_accumulation_steps, bf16), deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig:
+stage, overlap_comm, contiguous_gradients, reduce_scatter), deepspeed/runtime/tensor_parallel/
+config.py (TPTrainingConfig.autotp_size, read from the "tensor_parallel" key),
+deepspeed/launcher/runner.py (--num_nodes, --num_gpus, --hostfile, --master_addr,
+--master_port) and deepspeed/__init__.py (the script's --deepspeed --deepspeed_config);
+tests/fixtures/frameworks/deepspeed.json holds them. Rules (refused, naming them): the
+pipeline engine asserts ZeRO < 2 (runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are
+incompatible with pipeline parallelism"); its only training schedule is TrainSchedule
+(runtime/pipe/schedule.py), so no interleaving; no ring context parallelism; plus the
+deepspeed profile's capabilities (solver/data/frameworks/deepspeed.json).
+"""
 from __future__ import annotations
 
 from typing import Any
 
+from service.launchers.common import DROPOUT, model_values
 from solver.cost.accounting import batch_plan
-from solver.specs import LayoutSpec, TrainingSpec
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+
+CONFIG_FILE = "ds_config.json"
+MASTER_PORT = "29500"  # torch.distributed's default port (runner.py TORCH_DISTRIBUTED_DEFAULT_PORT)
+
+
+def deepspeed_rules(layout: LayoutSpec) -> list[tuple[str, str]]:
+    """DeepSpeed's own checks this layout fails (engine and schedule), as (field, rule)."""
+    out = []
+    if layout.pp > 1 and layout.zero_stage >= 2:
+        out.append(("layout.zero_stage", "DeepSpeed's pipeline engine asserts ZeRO < 2: 'ZeRO-2 and "
+                    "ZeRO-3 are incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)"))
+    return out  # no interleaving: the profile's capability (runtime/pipe/schedule.py)
 
 
 def deepspeed_config(t: TrainingSpec, layout: LayoutSpec) -> dict[str, Any]:
-    """DeepSpeed JSON config (batch and ZeRO); TP/PP/CP are set by the model code."""
+    """DeepSpeed JSON config: batch (train_batch_size = micro x accumulation x DP), ZeRO,
+    precision and AutoTP. PP is the model code's PipelineModule(num_stages=pp)."""
     batch = batch_plan(t, layout.dp, layout.micro_batch)
     cfg: dict[str, Any] = {
         "train_batch_size": batch.sequences_per_step,
         "train_micro_batch_size_per_gpu": layout.micro_batch,
         "gradient_accumulation_steps": batch.grad_accum,
         "zero_optimization": {"stage": layout.zero_stage, "overlap_comm": True,
-                              "contiguous_gradients": True},
+                              "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": {"enabled": t.precision.weight_bytes == 2},
     }
+    if layout.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": layout.tp}
     return cfg
 
 
-def deepspeed_warnings(layout: LayoutSpec) -> list[str]:
-    """Known incompatibilities of the layout with DeepSpeed's engines."""
-    out = []
-    if layout.pp > 1 and layout.zero_stage > 1:
-        out.append("DeepSpeed's pipeline engine supports ZeRO 0/1 only (runtime/pipe/engine.py); "
-                   "use Megatron-LM or torchtitan for pipeline + ZeRO 2/3")
-    if layout.cp > 1:
-        out.append("context parallelism is not a DeepSpeed config option; the model code "
-                   "(e.g. Megatron-DeepSpeed or Ulysses) must provide it")
-    return out
+def deepspeed_launcher(placement: dict[str, Any]) -> list[str]:
+    """`deepspeed` runner arguments and the training script's DeepSpeed arguments."""
+    per_node = placement["ranks_per_node"]
+    nproc = per_node if isinstance(per_node, int) else max(per_node)
+    return ["deepspeed", "--num_nodes", str(len(placement["nodes"])), "--num_gpus", str(nproc),
+            "--hostfile", "hostfile", "--master_addr", "$MASTER_ADDR", "--master_port", MASTER_PORT,
+            "train.py", "--deepspeed", "--deepspeed_config", CONFIG_FILE]
 
 
+def hf_model_config(m: ModelSpec, t: TrainingSpec) -> dict[str, Any] | None:
+    """The model as a Hugging Face Llama config (what solver.hf_config reads back), or None
+    when the model is not Llama-shaped (learned positions, LayerNorm, ungated FFN)."""
+    if m.position_embedding != "rope" or m.norm != "rmsnorm" or not m.ffn_gated:
+        return None
+    values = model_values(m)
+    return {"model_type": "llama", "num_hidden_layers": m.layers, "hidden_size": m.hidden,
+            "intermediate_size": m.ffn_hidden, "num_attention_heads": m.heads,
+            "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "vocab_size": m.vocab,
+            "tie_word_embeddings": m.tied_embeddings, "rope_theta": values.rope_base,
+            "rms_norm_eps": values.norm_eps, "attention_bias": m.bias, "mlp_bias": m.bias,
+            "attention_dropout": DROPOUT, "hidden_act": "silu",
+            "max_position_embeddings": m.max_positions or t.seq_len}
+
+
+def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                     placement: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed launch block (rules checked by the caller)."""
+    launcher = deepspeed_launcher(placement)
+    notes = [*model_values(m).notes,
+             f"save `config` as {CONFIG_FILE}; train.py calls deepspeed.initialize(args=args, "
+             "model=model) with deepspeed.add_config_arguments on its parser"]
+    if layout.pp > 1:
+        notes.append(f"the model code builds PipelineModule(layers, num_stages={layout.pp}) "
+                     "(deepspeed/runtime/pipe/module.py); the config has no pipeline key")
+    if layout.recompute != "none":
+        notes.append(f"recompute '{layout.recompute}' is model code in DeepSpeed "
+                     "(deepspeed.checkpointing.checkpoint around each layer)")
+    hf = hf_model_config(m, t)
+    if hf is None:
+        notes.append("the model is not Llama-shaped; no Hugging Face model config is given")
+    return {"config": deepspeed_config(t, layout), "launcher": " ".join(launcher),
+            "launcher_args": launcher, "model_config": hf, "notes": notes,
+            "source": "deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641"}

@@ -161,7 +161,7 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     `split` is the layers per pipeline stage (or per chunk) when the search chose an uneven
     split. Raises: SpecError naming the Megatron-LM rule the layout breaks.
     """
-    refuse("megatron-core", megatron_rules(m, t, layout, split))
+    refuse("megatron-core", megatron_rules(m, t, layout, split))  # capabilities: export_layout
     batch = batch_plan(t, layout.dp, layout.micro_batch)
     args = ["--tensor-model-parallel-size", str(layout.tp),
             "--pipeline-model-parallel-size", str(layout.pp),

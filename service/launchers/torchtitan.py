@@ -1,77 +1,225 @@
-"""torchtitan export."""
+"""torchtitan export: a configuration module (a Python function returning Trainer.Config),
+selected with `-m torchtitan.train --module M --config F`.
+
+torchtitan replaced its TOML job files with Python configurations in 2026: a run is "a
+function that returns a complete Trainer.Config", selected by --module/--config; the
+`--section.option` flags are frozen and will be deleted (torchtitan/config/README.md at
+pytorch/torchtitan commit b5bcd76c, 2026-08-21). The module written here follows that
+commit's torchtitan/models/llama3/config_registry.py (llama3_70b) and
+torchtitan/models/llama3/__init__.py (_70b): the Llama 3 model built by _build_llama3_layers
+with the spec's sizes, RoPE base and norm epsilon. Every class field, function parameter and
+imported name it uses is in tests/fixtures/frameworks/torchtitan.json (extracted by
+benchmarks/extract_framework_options.py). Rules it obeys (same commit):
+- pipeline stages: module_fqns_per_model_part lists each stage's modules explicitly (stage 0
+  holds tok_embeddings, the last norm and lm_head), so no layers_per_stage rounding applies
+  (distributed/pipeline_parallel.py: the stage count must divide by pp; single-stage
+  schedules need one stage per rank, multi-stage ones at least two);
+- batch: num_tokens_per_train_step must divide by the tokens of one accumulation step
+  (trainer.py), which is microbatch tokens x num_pp_microbatches x DP;
+- the Llama 3 builder has no biases, no LayerNorm, no learned positions and derives
+  head_dim = dim / n_heads; other models are refused, naming the rule.
+"""
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from service.launchers.common import model_values
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
-
-def _split_points(split: list[int]) -> list[str]:
-    """torchtitan split points: the first layer of every stage after the first ('layers.k')."""
-    points, first = [], 0
-    for layers in split[:-1]:
-        first += layers
-        points.append(f"layers.{first}")
-    return points
+SOURCE = "pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+CONFIG_FN = "trainplan_config"
+# ZeRO stage -> fsdp_reshard_after_forward (configs.py ParallelismConfig; distributed/fsdp.py):
+# 'always' reshards after forward (ZeRO-3), 'never' keeps the gathered weights to backward
+# (ZeRO-2 memory); with PP the stage keeps gradients unsharded (ZeRO-1 memory) either way.
+RESHARD = {1: "default", 2: "never", 3: "always"}
 
 
-def torchtitan_config(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
-                      split: list[int] | None = None) -> dict[str, dict[str, Any]]:
-    """torchtitan job-config sections for the layout.
+def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
+    """What torchtitan's Llama 3 model and pipeline cannot express, as (field, rule)."""
+    out = []
+    builder = "torchtitan/models/llama3/__init__.py _build_llama3_layers"
+    if m.bias or m.qkv_bias:
+        out.append(("model.bias", f"torchtitan's Llama 3 layers have no biases ({builder})"))
+    if m.norm != "rmsnorm" or m.position_embedding != "rope" or not m.ffn_gated:
+        out.append(("model.norm", f"torchtitan's Llama 3 model is RMSNorm + RoPE + SwiGLU ({builder})"))
+    if m.head_dim * m.heads != m.hidden:
+        out.append(("model.head_dim", f"torchtitan's Llama 3 attention uses head_dim = dim / n_heads "
+                    f"({m.hidden // m.heads}), not {m.head_dim} ({builder})"))
+    if layout.pipeline_layers and len(layout.pipeline_layers) != layout.pp * layout.vpp and layout.vpp > 1:
+        out.append(("layout.pipeline_layers", "torchtitan takes the modules of every stage "
+                    "(module_fqns_per_model_part): give pp x vpp values"))
+    return out
 
-    ZeRO 0 -> DDP (data_parallel_replicate_degree = dp); ZeRO 3 -> FSDP2 sharding
-    (data_parallel_shard_degree = dp). torchtitan has no ZeRO-1/2 as such: the nearest is
-    FSDP2 without resharding after forward (weights stay gathered through backward), noted
-    in the result. torchtitan's TP always shards the sequence (sequence parallelism).
-    """
+
+def stage_layers(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[int]:
+    """Layers of each of the pp x vpp stages: the given split, or an even one (earlier
+    stages get the remainder)."""
+    stages = layout.pp * layout.vpp
+    if split and len(split) == stages:
+        return list(split)
+    base, extra = divmod(m.layers, stages)
+    return [base + (1 if s < extra else 0) for s in range(stages)]
+
+
+def module_fqns(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[list[str]]:
+    """module_fqns_per_model_part: each stage's module names, stage s on rank s mod pp."""
+    parts, first = [], 0
+    for n in stage_layers(m, layout, split):
+        parts.append([f"layers.{i}" for i in range(first, first + n)])
+        first += n
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "lm_head"]
+    return parts
+
+
+def torchtitan_settings(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                        split: list[int] | None = None) -> dict[str, dict[str, Any]]:
+    """The TrainingConfig and ParallelismConfig fields the module sets, and the AC policy."""
     batch = batch_plan(t, layout.dp, layout.micro_batch)
-    local = layout.micro_batch * (batch.grad_accum if layout.pp > 1 else 1)
+    micro_tokens = layout.micro_batch * t.seq_len
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": layout.dp if layout.zero_stage == 0 else 1,
         "data_parallel_shard_degree": 1 if layout.zero_stage == 0 else layout.dp,
         "tensor_parallel_degree": layout.tp,
-        "pipeline_parallel_degree": layout.pp,
+        "enable_sequence_parallel": layout.sequence_parallel,
         "context_parallel_degree": layout.cp,
+        "pipeline_parallel_degree": layout.pp,
     }
-    if layout.zero_stage in (1, 2):
-        par["fsdp_reshard_after_forward"] = "never"
-    if layout.pp > 1:
-        stages = layout.pp * layout.vpp
+    if layout.zero_stage:
+        par["fsdp_reshard_after_forward"] = RESHARD[layout.zero_stage]
+    if layout.pp > 1:  # every micro-batch of the step in one pipeline round
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if layout.vpp > 1 else "1F1B"
-        par["pipeline_parallel_microbatch_size"] = layout.micro_batch
-        if split and len(split) == stages and len(set(split)) > 1:
-            par["pipeline_parallel_split_points"] = _split_points(split)
-        elif m.layers % stages == 0:
-            par["pipeline_parallel_layers_per_stage"] = m.layers // stages
-    return {
-        "training": {"local_batch_size": local, "global_batch_size": batch.sequences_per_step,
-                     "seq_len": t.seq_len,
-                     "mixed_precision_param": "bfloat16" if t.precision.weight_bytes == 2 else "float32"},
-        "parallelism": par,
-        "activation_checkpoint": {"mode": layout.recompute},
-    }
+        par["num_pp_microbatches"] = batch.grad_accum
+        par["module_fqns_per_model_part"] = module_fqns(m, layout, split)
+    training = {"num_tokens_per_microbatch_per_dp_rank": micro_tokens,
+                "num_tokens_per_train_step": micro_tokens * batch.grad_accum * layout.dp,
+                "max_context_length": t.seq_len,
+                "mixed_precision_param": "bfloat16" if t.precision.weight_bytes == 2 else "float32"}
+    ac = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[layout.recompute]
+    return {"training": training, "parallelism": par, "activation_checkpoint": {"policy": ac}}
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
+def _kwargs(values: dict[str, Any], indent: str) -> str:
+    return "".join(f"{indent}{k}={v!r},\n" for k, v in values.items())
 
 
-def to_toml(sections: dict[str, dict[str, Any]]) -> str:
-    """TOML text of flat sections (values: bool, int, float, str, lists of those)."""
-    out: list[str] = []
-    for name, body in sections.items():
-        out.append(f"[{name}]")
-        out += [f"{key} = {_toml_value(val)}" for key, val in body.items()]
-        out.append("")
-    return "\n".join(out)
+def _model_code(m: ModelSpec, t: TrainingSpec) -> str:
+    values = model_values(m)
+    embed_init = "_EMBEDDING_SKIP_INIT" if m.tied_embeddings else "_EMBEDDING_INIT"
+    return f'''def _model() -> Llama3Model.Config:
+    """{m.name}: {m.layers} layers, width {m.hidden}, FFN {m.ffn_hidden}, {m.heads} heads, {m.kv_heads} KV heads."""
+    layers = _build_llama3_layers(
+        n_layers={m.layers},
+        dim={m.hidden},
+        n_heads={m.heads},
+        n_kv_heads={m.kv_heads},
+        hidden_dim={m.ffn_hidden},
+        fuse_qkv=True,
+        rope=ComplexRoPE.Config(
+            dim={m.head_dim},
+            max_context_length={m.max_positions or t.seq_len},
+            theta={values.rope_base!r},
+            scaling="none",
+        ),
+        attn_backend="flex",
+    )
+    for block in layers:
+        block.attention_norm.eps = {values.norm_eps!r}
+        block.ffn_norm.eps = {values.norm_eps!r}
+    return Llama3Model.Config(
+        dim={m.hidden},
+        vocab_size={m.vocab},
+        enable_weight_tying={m.tied_embeddings!r},
+        tok_embeddings=Embedding.Config(
+            num_embeddings={m.vocab}, embedding_dim={m.hidden}, param_init={embed_init},
+        ),
+        norm=RMSNorm.Config(normalized_shape={m.hidden}, eps={values.norm_eps!r}, param_init=_NORM_INIT),
+        lm_head=Linear.Config(
+            in_features={m.hidden}, out_features={m.vocab}, param_init=_output_linear_init({m.hidden}),
+        ),
+        layers=layers,
+    )
+'''
 
 
+IMPORTS = '''import dataclasses
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.config import ParallelismConfig, TrainingConfig
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.llama3 import (
+    _EMBEDDING_INIT,
+    _EMBEDDING_SKIP_INIT,
+    _NORM_INIT,
+    _build_llama3_layers,
+    _output_linear_init,
+    model_registry,
+)
+from torchtitan.models.llama3.config_registry import llama3_8b
+from torchtitan.models.llama3.model import Llama3Model
+from torchtitan.trainer import Trainer
+'''
+
+
+def module_name(m: ModelSpec) -> str:
+    """A Python module name for the model's configuration file."""
+    return "trainplan_" + (re.sub(r"\W+", "_", m.name.lower()).strip("_") or "model")
+
+
+def torchtitan_module(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
+                      split: list[int] | None = None) -> str:
+    """The configuration module's text (save as <module_name>.py on PYTHONPATH)."""
+    s = torchtitan_settings(m, t, layout, split)
+    policy = s["activation_checkpoint"]["policy"]
+    ac = "None" if policy is None else f"{policy}.Config()"
+    head = (f'"""torchtitan configuration written by trainplan ({SOURCE}).\n\n'
+            f"Layout: TP {layout.tp}, PP {layout.pp} x VPP {layout.vpp}, CP {layout.cp}, DP {layout.dp}, "
+            f"ZeRO-{layout.zero_stage}, micro-batch {layout.micro_batch}, recompute {layout.recompute}.\n"
+            f"Run: torchrun ... -m torchtitan.train --module {module_name(m)} --config {CONFIG_FN}\n"
+            '"""\n')
+    return (head + IMPORTS + "\n\n" + _model_code(m, t) + f'''
+
+def {CONFIG_FN}() -> Trainer.Config:
+    """llama3_8b's data, optimizer, checkpoint and metrics (edit for your run) with this model and layout."""
+    config = llama3_8b()
+    config.model_spec = dataclasses.replace(model_registry("8B"), flavor="trainplan", model=_model())
+    config.loss = ChunkedLossWrapper.Config(
+        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),
+    )
+    config.training = TrainingConfig(
+{_kwargs(s["training"], " " * 8)}    )
+    config.parallelism = ParallelismConfig(
+{_kwargs(s["parallelism"], " " * 8)}    )
+    config.activation_checkpoint = {ac}
+    return config
+''')
+
+
+def torchtitan_launch(m: ModelSpec, torchrun: list[str], world: int) -> dict[str, str]:
+    """The torchrun line per node, and the CPU dry run torchtitan offers (run_train.sh with
+    COMM_MODE=fake_backend: configuration validation without GPUs)."""
+    select = f"-m torchtitan.train --module {module_name(m)} --config {CONFIG_FN}"
+    return {"command": " ".join(["torchrun", *torchrun, "--node-rank", "$NODE_RANK", "--master-addr",
+                                 "$MASTER_ADDR", "--master-port", "${MASTER_PORT:-29500}", select]),
+            "dry_run": f"NGPU={world} LOCAL_RANK=0 python3 {select} --comm.mode=fake_backend --training.steps 1"}
+
+
+def torchtitan_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchrun: list[str],
+                      split: list[int] | None = None) -> dict[str, Any]:
+    """The torchtitan launch block (rules checked by the caller)."""
+    notes = [*model_values(m).notes,
+             f"save `module` as {module_name(m)}.py on PYTHONPATH; data, tokenizer (hf_assets_path) "
+             "and optimizer come from llama3_8b(): edit them for your run",
+             "the module imports private builders of torchtitan.models.llama3 (_build_llama3_layers, "
+             "param inits) as its own _70b does; they may move in later torchtitan releases"]
+    if layout.zero_stage == 1:
+        notes.append("ZeRO-1 is FSDP2 under pipelining: each stage keeps gradients unsharded "
+                     "through the step and reduce-scatters once (torch pipelining stage.py)")
+    return {"settings": torchtitan_settings(m, t, layout, split),
+            "module": torchtitan_module(m, t, layout, split), "module_name": module_name(m),
+            "config_fn": CONFIG_FN, **torchtitan_launch(m, torchrun, layout.gpus), "notes": notes,
+            "source": SOURCE}

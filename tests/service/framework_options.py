@@ -123,3 +123,196 @@ def _uneven_violations(layers: int, pp: int, vpp: int | None, first: int | None,
     elif middle and vpp and (rest // middle) % vpp:
         out.append("middle stage layers must be divisible by vpp")
     return out
+
+
+# ------------------------------------------------------------------ torchtitan
+_PY_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
+
+
+def _value_ok(annotation: str, value: Any, choices: list[Any] | None) -> bool:
+    """A literal value against a dataclass annotation (as written in the source)."""
+    if choices is not None:
+        return value in choices
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None:
+        return "None" in kinds
+    for kind in kinds:
+        if kind in _PY_TYPES and isinstance(value, _PY_TYPES[kind]) and \
+                not (kind != "bool" and isinstance(value, bool)):
+            return True
+        if kind.startswith("list") and isinstance(value, list):
+            return True
+    return False
+
+
+def _class_fields(name: str) -> dict[str, Any]:
+    classes = fixture("torchtitan")["classes"]
+    if name not in classes:
+        raise OptionError(f"class {name} is not a torchtitan config class in the fixture")
+    return classes[name]["fields"]
+
+
+def _check_call(cls: str, params: dict[str, Any], call: Any, problems: list[str]) -> None:
+    import ast
+
+    given = {k.arg for k in call.keywords} | set(list(params)[:len(call.args)])  # positional: in order
+    problems += [f"{cls}: unknown field {k}" for k in given - set(params)]
+    problems += [f"{cls}: required {k} missing" for k, v in params.items()
+                 if (v == "<required>" or (isinstance(v, dict) and v.get("default") == "<required>"))
+                 and not k.startswith("_") and k not in given]
+    for kw in call.keywords:
+        spec = params.get(kw.arg)
+        if not isinstance(spec, dict):
+            continue
+        try:
+            value = ast.literal_eval(kw.value)
+        except ValueError:
+            continue
+        if not _value_ok(spec["annotation"], value, spec.get("choices")):
+            problems.append(f"{cls}.{kw.arg}: {value!r} does not fit {spec['annotation']}")
+
+
+def torchtitan_module_problems(text: str) -> list[str]:
+    """Every name the configuration module uses, checked against the torchtitan fixture:
+    imports, config-class fields (names, required ones, literal types and choices), the
+    layer builder's parameters and the attributes it assigns."""
+    import ast
+
+    fx, problems = fixture("torchtitan"), []
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = fx["modules"].get(node.module, {}).get("names")
+            if names is None:
+                problems.append(f"module {node.module} is not in the fixture")
+                continue
+            problems += [f"{node.module} has no {a.name}" for a in node.names if a.name not in names]
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func in fx["classes"] or func in ("TrainingConfig", "ParallelismConfig"):
+                _check_call(func, _class_fields(func), node, problems)
+            elif func.endswith(".Config"):
+                problems.append(f"{func} is not a torchtitan config class in the fixture")
+            elif func in fx["functions"]:
+                _check_call(func, fx["functions"][func]["params"], node, problems)
+            elif func == "dataclasses.replace":  # replace(model_spec, field=...): ModelSpec fields
+                fields = _class_fields("ModelSpec")
+                problems += [f"ModelSpec has no {k.arg}" for k in node.keywords if k.arg not in fields]
+        elif isinstance(node, ast.Assign):
+            problems += _assignment_problems(ast.unparse(node.targets[0]))
+    return problems
+
+
+def _assignment_problems(target: str) -> list[str]:
+    """config.<Trainer.Config field> and block.<norm>.eps (Llama3TransformerBlock.Config)."""
+    parts = target.split(".")
+    if parts[0] == "config" and len(parts) == 2:
+        return [] if parts[1] in _class_fields("Trainer.Config") else [f"Trainer.Config has no {parts[1]}"]
+    if parts[0] == "block" and len(parts) == 3:
+        ok = parts[1] in _class_fields("Llama3TransformerBlock.Config") and \
+            parts[2] in _class_fields("RMSNorm.Config")
+        return [] if ok else [f"no field {target}"]
+    return [] if len(parts) == 1 else [f"unchecked assignment {target}"]
+
+
+def torchtitan_violations(settings: dict[str, Any], layers: int, world: int) -> list[str]:
+    """torchtitan's own checks on the parallelism and batch settings (parallel_dims.py,
+    distributed/pipeline_parallel.py, trainer.py at the fixture's commit)."""
+    fx = fixture("torchtitan")
+    defaults = {k: v["default"] for k, v in _class_fields("ParallelismConfig").items()}
+    par = {**defaults, **settings["parallelism"]}
+    out = []
+    for section, cls in (("parallelism", "ParallelismConfig"), ("training", "TrainingConfig")):
+        fields = _class_fields(cls)
+        for key, value in settings[section].items():
+            if key not in fields:
+                out.append(f"{cls} has no field {key}")
+            elif not _value_ok(fields[key]["annotation"], value, fields[key].get("choices")):
+                out.append(f"{cls}.{key}: {value!r} does not fit {fields[key]['annotation']}")
+    dims = [par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"],
+            par["context_parallel_degree"], par["tensor_parallel_degree"], par["pipeline_parallel_degree"]]
+    if dims[0] * dims[1] * dims[2] * dims[3] * dims[4] != world:
+        out.append("dp_replicate x dp_shard x cp x tp x pp != WORLD_SIZE")
+    pp = par["pipeline_parallel_degree"]
+    if pp > 1:
+        out += _stage_violations(par, layers, pp, fx["pipeline_schedules"])
+    t = settings["training"]
+    step = t["num_tokens_per_microbatch_per_dp_rank"] * (par["num_pp_microbatches"] if pp > 1 else 1) \
+        * dims[0] * dims[1]
+    if t["num_tokens_per_train_step"] % step:
+        out.append("num_tokens_per_train_step not divisible by one accumulation step's tokens")
+    return out
+
+
+def _stage_violations(par: dict[str, Any], layers: int, pp: int, schedules: dict[str, list[str]]) -> list[str]:
+    parts, schedule, out = par["module_fqns_per_model_part"], par["pipeline_parallel_schedule"], []
+    if schedule not in schedules["single"] + schedules["multi"]:
+        return [f"unknown schedule {schedule}"]
+    if parts is None:
+        return ["module_fqns_per_model_part not given"]
+    per_rank, rest = divmod(len(parts), pp)
+    if rest:
+        out.append("stage count not divisible by pp")
+    if schedule in schedules["single"] and per_rank != 1:
+        out.append("single-stage schedule needs exactly one stage per rank")
+    if schedule in schedules["multi"] and per_rank < 2:
+        out.append("multi-stage schedule needs at least two stages per rank")
+    flat = [name for part in parts for name in part]
+    expected = ["tok_embeddings", *[f"layers.{i}" for i in range(layers)], "norm", "lm_head"]
+    if flat != expected or any(not any(n.startswith("layers.") for n in p) for p in parts):
+        out.append("stages do not hold every module once, in order, with a layer each")
+    return out
+
+
+# ------------------------------------------------------------------ DeepSpeed
+def deepspeed_config_problems(cfg: dict[str, Any]) -> list[str]:
+    """Keys of a DeepSpeed config against the fixture: top-level keys (constants.py), each
+    section's fields or aliases (pydantic models), values by annotation."""
+    fx, out = fixture("deepspeed"), []
+    for key, value in cfg.items():
+        section = fx["sections"].get(key)
+        if section is None:
+            if key not in fx["top_level_keys"]:
+                out.append(f"unknown DeepSpeed key {key}")
+            elif not isinstance(value, int) or isinstance(value, bool):
+                out.append(f"{key}: {value!r} is not an integer")
+            continue
+        fields = section["fields"]
+        names = {f.get("alias") or n: f for n, f in fields.items()} | fields
+        for sub, v in value.items():
+            spec = names.get(sub)
+            if spec is None:
+                out.append(f"unknown DeepSpeed key {key}.{sub}")
+            elif sub == "stage":
+                out += [] if v in fx["zero_stages"] else [f"{key}.stage {v} not in {fx['zero_stages']}"]
+            elif not _value_ok(spec["annotation"].replace("Optional[", "").rstrip("]"), v, None):
+                out.append(f"{key}.{sub}: {v!r} does not fit {spec['annotation']}")
+    return out
+
+
+def parse_deepspeed_launcher(args: list[str]) -> dict[str, Any]:
+    """`deepspeed` runner options (launcher/runner.py), the script, then the script's
+    DeepSpeed options (deepspeed/__init__.py add_config_arguments)."""
+    fx = fixture("deepspeed")
+    if args[0] != "deepspeed":
+        raise OptionError("not a deepspeed command")
+    out: dict[str, Any] = {}
+    i = 1
+    table = fx["launcher"]
+    while i < len(args):
+        name = args[i]
+        if not name.startswith("-"):
+            if table is fx["script_arguments"]:
+                raise OptionError(f"unexpected {name}")
+            out["script"], table, i = name, fx["script_arguments"], i + 1
+            continue
+        if name not in table:
+            raise OptionError(f"unknown DeepSpeed option {name}")
+        spec = table[name]
+        if spec["action"] in ("store_true", "store_false"):
+            out[spec["dest"]], i = spec["action"] == "store_true", i + 1
+        else:
+            raw = args[i + 1]
+            out[spec["dest"]] = raw if raw.startswith("$") else _typed(name, spec, raw)
+            i += 2
+    return out

@@ -4,63 +4,36 @@ The frameworks (Megatron-LM, torchtitan, DeepSpeed) need torch and GPUs and cann
 installed here, so their parsers are represented by the option names they declare:
 - Megatron-LM: tests/service/test_export_megatron.py checks its exports against the extracted
   option fixture tests/fixtures/frameworks/megatron.json.
-- torchtitan: torchtitan/config/job_config.py (pytorch/torchtitan, commit 000204a4...),
-  dataclasses Training, Parallelism, ActivationCheckpoint (mode: 'selective'|'full'|'none').
-- DeepSpeed: config-json docs (train_batch_size = micro x accumulation x DP world size).
+- torchtitan and DeepSpeed: tests/service/test_export_torchtitan_deepspeed.py checks them
+  against tests/fixtures/frameworks/{torchtitan,deepspeed}.json.
 """
 from __future__ import annotations
-
-import tomllib
 
 import pytest
 
 from service.launchers import (
-    deepspeed_config, deepspeed_warnings, launchers, rank_placement, to_toml, torchrun_args,
-    torchtitan_config,
+    deepspeed_config, launchers, rank_placement, torchrun_args, torchtitan_settings,
 )
 from solver.specs import LayoutSpec
 from topology.catalog import load_cluster
-
-TORCHTITAN_KEYS = {
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
-                    "fsdp_reshard_after_forward", "tensor_parallel_degree", "pipeline_parallel_degree",
-                    "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
-                    "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
-                    "context_parallel_degree"},
-    "activation_checkpoint": {"mode"},
-}
-
 
 @pytest.fixture(scope="module")
 def seed_specs(seed_model, seed_cluster, seed_training):
     return seed_model, seed_cluster, seed_training
 
 
-def test_torchtitan_toml_round_trips(seed_specs, seed_layout):
+def test_torchtitan_pipeline_stages_from_the_split(seed_specs):
+    """torchtitan's current config takes each stage's modules (module_fqns_per_model_part);
+    the TOML-era pipeline_parallel_split_points is gone (torchtitan b5bcd76c configs.py)."""
     m, _, t = seed_specs
-    cfg = torchtitan_config(m, t, seed_layout)
-    parsed = tomllib.loads(to_toml(cfg))
-    assert parsed == cfg
-    for section, keys in parsed.items():
-        assert set(keys) <= TORCHTITAN_KEYS[section], section
-    par = parsed["parallelism"]
-    assert (par["tensor_parallel_degree"], par["data_parallel_shard_degree"]) == (8, 64)
-    assert par["fsdp_reshard_after_forward"] == "never"  # nearest torchtitan form of ZeRO-1
-    assert parsed["activation_checkpoint"]["mode"] == "selective"
-    # torchtitan derives accumulation as global / (local x DP): 512 / (1 x 64) = 8
-    assert parsed["training"]["global_batch_size"] // (parsed["training"]["local_batch_size"] * 64) == 8
-
-
-def test_torchtitan_pipeline_split_points(seed_specs):
-    m, _, t = seed_specs
-    cfg = torchtitan_config(m, t, LayoutSpec(tp=8, pp=4, dp=16, zero_stage=0), split=[19, 21, 21, 19])
-    par = cfg["parallelism"]
-    assert par["pipeline_parallel_split_points"] == ["layers.19", "layers.40", "layers.61"]
+    s = torchtitan_settings(m, t, LayoutSpec(tp=8, pp=4, dp=16, zero_stage=0), split=[19, 21, 21, 19])
+    par = s["parallelism"]
+    assert [p[0] for p in par["module_fqns_per_model_part"]] == ["tok_embeddings", "layers.19", "layers.40",
+                                                                  "layers.61"]
     assert par["data_parallel_replicate_degree"] == 16 and par["data_parallel_shard_degree"] == 1
-    # with PP the local batch holds all micro-batches of a step: 512 / 16 replicas = 32
-    assert cfg["training"]["local_batch_size"] == 32
-    assert cfg["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+    # every micro-batch of a step in one pipeline round: 512 sequences / 16 replicas / 1 per micro-batch
+    assert par["num_pp_microbatches"] == 32 and par["pipeline_parallel_schedule"] == "1F1B"
+    assert s["training"]["num_tokens_per_train_step"] == 512 * 8192
 
 
 def test_deepspeed_batch_identity(seed_specs, seed_layout):
@@ -70,8 +43,7 @@ def test_deepspeed_batch_identity(seed_specs, seed_layout):
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * \
         cfg["gradient_accumulation_steps"] * seed_layout.dp == 512
     assert cfg["zero_optimization"]["stage"] == 1 and cfg["bf16"]["enabled"] is True
-    assert deepspeed_warnings(seed_layout) == []
-    assert deepspeed_warnings(LayoutSpec(tp=8, pp=2, dp=32, zero_stage=2))  # pipe engine: ZeRO<=1
+    assert cfg["tensor_parallel"] == {"autotp_size": 8}
 
 
 def test_placement_seed_megatron_order(seed_cluster, seed_layout):
@@ -96,12 +68,14 @@ def test_launchers_bundle(seed_specs, seed_layout):
     m, cluster, t = seed_specs
     out = launchers(m, t, seed_layout, rank_placement(cluster, seed_layout))
     assert set(out) == {"megatron", "torchtitan", "deepspeed"}
-    assert tomllib.loads(out["torchtitan"]["toml"]) == out["torchtitan"]["config"]
     words = shlex.split(out["megatron"]["command"])
     assert words[0] == "CUDA_DEVICE_MAX_CONNECTIONS=1" and words[1] == "torchrun"
     script = words.index("pretrain_gpt.py")
     assert words[2:6] == ["--nnodes", "64", "--nproc-per-node", "8"]
     assert words[script + 1:] == out["megatron"]["args"]
+    # torchtitan has no ZeRO-1 without PP and DeepSpeed no Megatron-style SP: refused, by rule
+    assert out["torchtitan"]["problems"][0]["field"] == "layout.zero_stage"
+    assert {p["field"] for p in out["deepspeed"]["problems"]} == {"layout.sequence_parallel"}
 
 
 def _seed_cluster_dict():
