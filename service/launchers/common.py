@@ -87,7 +87,26 @@ def capability_rules(framework: str, t: TrainingSpec, layout: LayoutSpec,
     elif layout.vpp > 1 and layout.pp < caps.interleave_min_pp.value:
         out.append(("layout.pp", f"{framework} interleaves only at pp >= {caps.interleave_min_pp.value} "
                     f"({_cite(caps.interleave_min_pp)})"))
+    if layout.vpp > 1:
+        out += _microbatch_rules(framework, caps.interleave_microbatches, t, layout)
     if split and len(set(split)) > 1 and not caps.uneven_pipeline.value:
         out.append(("layout.pipeline_layers", f"{framework} splits pipeline stages evenly only "
                     f"({_cite(caps.uneven_pipeline)})"))
     return out
+
+
+def _microbatch_rules(framework: str, rule: Any, t: TrainingSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
+    """Micro-batches per step (M) an interleaved schedule accepts: Megatron's default group
+    needs M a multiple of pp (and >= pp); torch's Interleaved1F1B needs M a multiple of its
+    rounds, max(1, M // pp)."""
+    from solver.cost.accounting import batch_plan
+
+    m, pp = batch_plan(t, layout.dp, layout.micro_batch).grad_accum, layout.pp
+    if rule.value == "multiple_of_pp" and (m < pp or m % pp):
+        return [("layout.micro_batch", f"{framework}'s interleaved schedule needs the {m} micro-batches "
+                 f"per step to be a multiple of pp ({pp}) ({_cite(rule)})")]
+    rounds = max(1, m // pp)
+    if rule.value == "rounds" and m % rounds:
+        return [("layout.micro_batch", f"{framework}'s interleaved schedule needs the {m} micro-batches "
+                 f"per step to be a multiple of its {rounds} rounds ({_cite(rule)})")]
+    return []

@@ -171,3 +171,18 @@ def test_hf_config_fills_rope_base_and_norm_eps():
     m = model_from_hf_config(json.loads(path.read_text()))
     assert (m.rope_base, m.norm_eps) == (500000.0, 1e-5)
     assert load_model("llama3-70b").rope_base == 500000.0
+
+
+def test_interleaving_needs_whole_microbatch_groups(seed_model, seed_training, seed_cluster):
+    """Megatron's interleaved schedule (schedules.py, default microbatch group = pp) needs the
+    micro-batches per step to be a multiple of pp: DP 48 gives round(4194304 / (48 x 8192)) =
+    11 micro-batches, not a multiple of pp 4; torch's Interleaved1F1B needs a multiple of its
+    max(1, 11 // 4) = 2 rounds, which 11 is not either. DP 32 gives 16: both accept."""
+    from service.launchers import framework_rules
+
+    odd = LayoutSpec(tp=2, pp=4, vpp=2, dp=48, zero_stage=1)
+    for fw in ("megatron-core", "torchtitan"):
+        rules = framework_rules(fw, seed_model, seed_training, odd, None)
+        assert any(f == "layout.micro_batch" and "11 micro-batches" in r for f, r in rules), fw
+        assert not any(f == "layout.micro_batch" for f, _ in framework_rules(
+            fw, seed_model, seed_training, odd.model_copy(update={"dp": 32}), None)), fw
