@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from service.cli import emit
+from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
-from solver.frameworks import FRAMEWORK_NAMES
 from solver.presets import load_layout, load_model
 from topology.catalog import load_cluster
 
@@ -27,8 +27,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--training", required=True, help="training preset name or JSON path")
     p.add_argument("--layout", default=None, help="layout as a JSON path or an inline JSON object "
                    "(default: the search's best layout the framework runs)")
-    p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=None,
-                   help="framework to export for (default: training.framework)")
+    add_framework_flag(p)
     p.add_argument("--format", choices=("json", "md", "native"), default="json",
                    help="json: the whole export; md: a summary; native: the framework's own "
                         "artifact (Megatron-LM command line, torchtitan config module, DeepSpeed JSON)")
@@ -60,15 +59,14 @@ def run(args: argparse.Namespace) -> int:
     from service.launchers import export_layout, rank_placement
 
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    training = require_training(args.training)
-    framework = args.framework or training.framework
+    training = with_framework(require_training(args.training), args.framework)
+    framework = training.framework
     skipped: list[dict] = []
     if args.layout is not None:
         layout = load_layout(args.layout)
         split = list(layout.pipeline_layers) if layout.pipeline_layers else None
-    else:  # the search under the framework's rules, as training.framework states them
-        layout, split, skipped = _searched(model, cluster, training.model_copy(update={"framework": framework}),
-                                           framework)
+    else:  # the search applies the framework's rules (training.framework)
+        layout, split, skipped = _searched(model, cluster, training, framework)
     placement = rank_placement(cluster, layout)
     launch = export_layout(framework, model, training, layout, placement, split)
     result = {"framework": framework, "layout": layout.model_dump(mode="json"),
