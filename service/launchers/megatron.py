@@ -12,9 +12,11 @@ benchmarks/extract_framework_options.py. Rules the export obeys (same files):
   pp > 2. p2p overlap is on by default (`--no-overlap-p2p-communication` is a store_false
   option), so PP = 2 with interleaving runs as long as the export never disables it; there is
   no `--overlap-p2p-comm` option at this commit.
-- uneven pipelines: --decoder-first/last-pipeline-num-layers; with interleaving they need
-  --num-virtual-stages-per-pipeline-rank (arguments.py) and stage sizes divisible by vpp, and
-  the middle stages split evenly (transformer_config.py, 'Uneven PP').
+- uneven pipelines: an uneven first/last stage around equal middle stages is
+  --decoder-first/last-pipeline-num-layers; any other split (and every uneven interleaved one)
+  is --pipeline-model-parallel-layout, which lists each virtual stage's layers ('E' embedding,
+  'L' loss, 't' decoder layer; stage i on rank i mod pp; core/transformer/
+  pipeline_parallel_layer_layout.py) and excludes the other virtual-pipeline options.
 - ZeRO-1 is --use-distributed-optimizer; ZeRO-2/3 are Megatron-FSDP's optim_grads /
   optim_grads_params strategies (Megatron-FSDP docs), which want CUDA_DEVICE_MAX_CONNECTIONS
   unset (arguments.py asserts != "1").
@@ -44,29 +46,27 @@ def _rank_layers(layout: LayoutSpec, split: list[int] | None) -> list[int] | Non
     return [sum(split[r::layout.pp]) for r in range(layout.pp)]
 
 
+def _first_last(layout: LayoutSpec, ranks: list[int] | None) -> bool:
+    """True when the split is an uneven first/last stage around equal middle stages
+    (--decoder-first/last-pipeline-num-layers, vpp 1); other splits use the layout string."""
+    return layout.vpp == 1 and ranks is not None and len(set(ranks[1:-1])) <= 1
+
+
 def pipeline_rules(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[tuple[str, str]]:
     """Megatron-LM's pipeline checks that this layout would fail (empty when it runs)."""
     pp, vpp, ranks = layout.pp, layout.vpp, _rank_layers(layout, split)
     if pp == 1:
         return []
-    if split and len(split) == pp * vpp and vpp > 1 and any(
-            len(set(split[r::pp])) > 1 for r in range(pp)):
-        return [("layout.pipeline_layers", "Megatron-LM gives every model chunk of a rank the same "
-                 "layer count (transformer_config.py); this split does not")]
-    if ranks is None or len(set(ranks)) == 1:
+    if ranks is None or len(set(ranks)) == 1 and (not split or len(set(split)) == 1):
         if m.layers % (pp * vpp):
             return [("layout.pp", f"model.layers ({m.layers}) must be divisible by pp x vpp "
                      f"({pp * vpp}) (arguments.py validate_args; use pipeline_layers for an "
-                     "uneven first/last stage)")]
+                     "uneven split)")]
         return []
-    middle, out = ranks[1:-1], []
-    if len(set(middle)) > 1:
-        out.append(("layout.pipeline_layers", "Megatron-LM's uneven pipeline sets only the first and "
-                    "last stage; middle stages must be equal (transformer_config.py 'Uneven PP')"))
-    if vpp > 1 and any(n % vpp for n in (ranks[0], ranks[-1], *middle)):
-        out.append(("layout.pipeline_layers", f"with interleaving every rank's layers must be "
-                    f"divisible by vpp ({vpp}) (transformer_config.py 'Uneven PP')"))
-    return out
+    if len(split or []) != pp * vpp and not _first_last(layout, ranks):
+        return [("layout.pipeline_layers", f"give the layers of all pp x vpp ({pp * vpp}) model "
+                 "chunks: --pipeline-model-parallel-layout lists every virtual stage")]
+    return []
 
 
 def megatron_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
@@ -84,14 +84,22 @@ def megatron_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     return out
 
 
+def layout_string(split: list[int]) -> str:
+    """--pipeline-model-parallel-layout for layers per virtual stage (stage i on rank i mod pp,
+    pipeline_parallel_layer_layout.py): 'E' embedding first, 'L' loss last, 't*n' layers."""
+    stages = [f"t*{n}" for n in split]
+    return "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"]) if len(stages) > 1 else f"E{stages[0]}L"
+
+
 def _pipeline_args(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[str]:
     ranks = _rank_layers(layout, split)
     if layout.pp == 1:
         return []
-    if ranks is not None and len(set(ranks)) > 1:
-        args = ["--decoder-first-pipeline-num-layers", str(ranks[0]),
-                "--decoder-last-pipeline-num-layers", str(ranks[-1])]
-        return args + (["--num-virtual-stages-per-pipeline-rank", str(layout.vpp)] if layout.vpp > 1 else [])
+    if ranks is not None and (len(set(ranks)) > 1 or len(set(split or [])) > 1):
+        if _first_last(layout, ranks):
+            return ["--decoder-first-pipeline-num-layers", str(ranks[0]),
+                    "--decoder-last-pipeline-num-layers", str(ranks[-1])]
+        return ["--pipeline-model-parallel-layout", layout_string(list(split or []))]
     if layout.vpp > 1:
         return ["--num-layers-per-virtual-pipeline-stage", str(m.layers // (layout.pp * layout.vpp))]
     return []

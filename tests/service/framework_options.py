@@ -75,10 +75,16 @@ def megatron_violations(args: list[str]) -> list[str]:
     pp, layers = a["pipeline_model_parallel_size"], a["num_layers"]
     per_vstage, vstages = a["num_layers_per_virtual_pipeline_stage"], a["num_virtual_stages_per_pipeline_rank"]
     first, last = a["decoder_first_pipeline_num_layers"], a["decoder_last_pipeline_num_layers"]
-    if per_vstage is not None and vstages is not None:
+    layout = a["pipeline_model_parallel_layout"]
+    if (per_vstage is not None) + (vstages is not None) + (layout is not None) > 1:
         out.append("at most one of the virtual-pipeline options")
     vpp = None
-    if per_vstage is not None:
+    if layout is not None:
+        out += _layout_string_violations(layout, layers, pp)
+        if first is not None or last is not None:
+            out.append("a layout string defines the first and last stages itself")
+        vpp, first, last = len(layout.split("|")) // pp, None, None
+    elif per_vstage is not None:
         if first is not None or last is not None:
             out.append("uneven pipelines need --num-virtual-stages-per-pipeline-rank")
         elif layers % pp or (layers // pp) % per_vstage:
@@ -104,6 +110,27 @@ def megatron_violations(args: list[str]) -> list[str]:
         out.append("seq-length must be a multiple of 2 x context-parallel-size")
     if a["num_attention_heads"] % a["tensor_model_parallel_size"]:
         out.append("heads not divisible by TP")
+    return out
+
+
+def _layout_string_violations(text: str, layers: int, pp: int) -> list[str]:
+    """PipelineParallelLayerLayout.parse_str_to_list and validate_layer_layout, re-implemented."""
+    import re
+
+    flat = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), flat)
+    stages = flat.split("|")
+    out = []
+    if len(stages) % pp:
+        out.append("layout stages not divisible by pp")
+    if set(flat) - set("ELtm|"):
+        out.append("unknown layer character in the layout")
+    joined = flat.replace("|", "")
+    if not joined.startswith("E") or not joined.endswith("L") or joined.count("E") != 1 or joined.count("L") != 1:
+        out.append("the layout must start with one E and end with one L")
+    if joined.count("t") != layers:
+        out.append("layout decoder layers != num_layers")
     return out
 
 

@@ -37,3 +37,26 @@ def test_export_without_layout_takes_the_best_layout_the_framework_runs(capsys):
     assert main(["export", *SEED, "--framework", "megatron-core", "--format", "md"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("# megatron-core export") and "pretrain_gpt.py" in text
+
+
+def test_searched_layouts_export_for_their_framework():
+    """The search's rules (framework profiles) and the exporters' rules agree: every layout
+    `search --framework F` returns exports for F, and Megatron-LM takes the arguments. GPT-3
+    175B on 140 DGX A100 nodes gives PP 35 with an uneven split (2s and 3s), written as
+    --pipeline-model-parallel-layout."""
+    from service.launchers import export_layout, rank_placement
+    from solver.presets import load_model, load_training
+    from solver.search import search_layouts
+    from solver.specs import LayoutSpec
+    from topology.catalog import load_cluster
+
+    cases = [("seed-70b", "seed-300b", "seed-512", fw) for fw in ("megatron-core", "torchtitan", "deepspeed")]
+    cases.append(("gpt3-175b", "gpt3-300b", "dgx-a100-superpod", "megatron-core"))
+    for model, training, cluster, fw in cases:
+        m, c = load_model(model), load_cluster(cluster)
+        t = load_training(training).model_copy(update={"framework": fw})
+        for e in search_layouts(m, c, t, {"top_k": 3}).as_dict()["layouts"]:
+            lay = LayoutSpec.model_validate({k: e[k] for k in LayoutSpec.model_fields if k in e}, strict=False)
+            out = export_layout(fw, m, t, lay, rank_placement(c, lay), e.get("pipeline_split"))
+            if fw == "megatron-core":
+                assert megatron_violations(out["args"]) == [], (model, e["rank"])

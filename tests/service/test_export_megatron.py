@@ -141,16 +141,31 @@ def test_uneven_split_and_refusals(seed_model, seed_training):
     uneven = LayoutSpec(tp=8, pp=4, dp=16)
     a = parse_megatron(megatron_args(seed_model, seed_training, uneven, split=[19, 21, 21, 19]))
     assert (a["decoder_first_pipeline_num_layers"], a["decoder_last_pipeline_num_layers"]) == (19, 19)
-    with pytest.raises(SpecError, match="middle stages must be equal"):
-        megatron_args(seed_model, seed_training, uneven, split=[19, 20, 22, 19])
-    inter = LayoutSpec(tp=8, pp=4, vpp=2, dp=16)
-    args = megatron_args(seed_model, seed_training, inter, split=[9, 11, 11, 9, 9, 11, 11, 9])
+    # unequal middle stages: the layout string lists every stage
+    args = megatron_args(seed_model, seed_training, uneven, split=[19, 20, 22, 19])
+    assert parse_megatron(args)["pipeline_model_parallel_layout"] == "Et*19|t*20|t*22|t*19L"
     assert megatron_violations(args) == []
-    with pytest.raises(SpecError, match="divisible by vpp"):
+    inter = LayoutSpec(tp=8, pp=4, vpp=2, dp=16)
+    args = megatron_args(seed_model, seed_training, inter, split=[9, 11, 11, 9, 10, 10, 11, 9])
+    assert megatron_violations(args) == [] and "--num-virtual-stages-per-pipeline-rank" not in args
+    with pytest.raises(SpecError, match="all pp x vpp"):  # per-rank counts cannot place chunks
         megatron_args(seed_model, seed_training, inter, split=[19, 21, 21, 19])
     cp_unfused = seed_training.model_copy(update={"attention_kernel": "unfused"})
     with pytest.raises(SpecError, match="Transformer Engine"):
         megatron_args(seed_model, cp_unfused, LayoutSpec(tp=8, cp=2, dp=32))
+
+
+def test_layout_string_checks_catch_wrong_layouts():
+    """pipeline_parallel_layer_layout.py: stage count divisible by pp, E first, L last, every
+    decoder layer once; and no other virtual-pipeline option beside it (arguments.py)."""
+    base = ["--num-layers", "8", "--num-attention-heads", "8", "--seq-length", "128",
+            "--pipeline-model-parallel-size", "2"]
+    assert megatron_violations(base + ["--pipeline-model-parallel-layout", "Et*3|t*5L"]) == []
+    assert megatron_violations(base + ["--pipeline-model-parallel-layout", "Et*3|t*4L"])  # 7 layers
+    assert megatron_violations(base + ["--pipeline-model-parallel-layout", "Et*3|t*2|t*3L"])  # 3 stages
+    assert megatron_violations(base + ["--pipeline-model-parallel-layout", "t*3|t*5L"])  # no E
+    assert megatron_violations(base + ["--pipeline-model-parallel-layout", "Et*2|t*2|t*2|t*2L",
+                                       "--num-virtual-stages-per-pipeline-rank", "2"])
 
 
 def test_rank_order_reaches_megatron():
