@@ -57,7 +57,7 @@ def pipeline_rules(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) ->
     pp, vpp, ranks = layout.pp, layout.vpp, _rank_layers(layout, split)
     if pp == 1:
         return []
-    if ranks is None or len(set(ranks)) == 1 and (not split or len(set(split)) == 1):
+    if ranks is None or (len(set(ranks)) == 1 and (not split or len(set(split)) == 1)):
         if m.layers % (pp * vpp):
             return [("layout.pp", f"model.layers ({m.layers}) must be divisible by pp x vpp "
                      f"({pp * vpp}) (arguments.py validate_args; use pipeline_layers for an "
