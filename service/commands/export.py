@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from service.cli import emit
+from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
 from solver.presets import load_layout, load_model
-from topology.catalog import load_cluster
 
 SEARCH_TOP = 10  # layouts tried, best first, when no layout is given
 
@@ -58,7 +58,7 @@ def _searched(model, cluster, training, framework: str) -> tuple[Any, list[int] 
 def run(args: argparse.Namespace) -> int:
     from service.launchers import export_layout, rank_placement
 
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(require_training(args.training), args.framework)
     framework = training.framework
     skipped: list[dict] = []
