@@ -14,9 +14,6 @@ from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 ROPE_BASE_DEFAULT = 10000.0
 # Megatron-LM --norm-epsilon and torchtitan RMSNorm.Config.eps both default to 1e-5.
 NORM_EPS_DEFAULT = 1e-5
-# trainplan's cost model charges no dropout masks (solver.cost.options: dropout False), so every
-# export turns dropout off explicitly (Megatron-LM defaults to 0.1 for both).
-DROPOUT = 0.0
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,7 @@ def model_values(m: ModelSpec) -> ModelValues:
                      f"{ROPE_BASE_DEFAULT:g}; set it to the model's value (Llama 3: 500000)")
     if m.norm_eps is None:
         notes.append(f"model.norm_eps is not stated: the export uses {NORM_EPS_DEFAULT:g}")
-    notes.append("dropout is off (0.0): the cost model charges no dropout masks")
+    notes.append(f"dropout {m.dropout:g} (model.dropout) is written explicitly: Megatron-LM's own default is 0.1")
     return ModelValues(m.rope_base or ROPE_BASE_DEFAULT, m.norm_eps or NORM_EPS_DEFAULT, notes)
 
 

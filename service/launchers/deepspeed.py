@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.launchers.common import DROPOUT, model_values
+from service.launchers.common import model_values
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -72,7 +72,7 @@ def hf_model_config(m: ModelSpec, t: TrainingSpec) -> dict[str, Any] | None:
             "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "vocab_size": m.vocab,
             "tie_word_embeddings": m.tied_embeddings, "rope_theta": values.rope_base,
             "rms_norm_eps": values.norm_eps, "attention_bias": m.bias, "mlp_bias": m.bias,
-            "attention_dropout": DROPOUT, "hidden_act": "silu",
+            "attention_dropout": m.dropout, "hidden_act": "silu",
             "max_position_embeddings": m.max_positions or t.seq_len}
 
 
@@ -92,6 +92,9 @@ def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     hf = hf_model_config(m, t)
     if hf is None:
         notes.append("the model is not Llama-shaped; no Hugging Face model config is given")
+    elif m.dropout:
+        notes.append("a Hugging Face Llama config has attention_dropout only; hidden dropout "
+                     f"{m.dropout:g} is the model code's")
     return {"config": deepspeed_config(t, layout), "launcher": " ".join(launcher),
             "launcher_args": launcher, "model_config": hf, "notes": notes,
             "source": "deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641"}

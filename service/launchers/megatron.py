@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from service.launchers.common import DROPOUT, ModelValues, model_values, refuse
+from service.launchers.common import ModelValues, model_values, refuse
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -158,7 +158,7 @@ def _model_args(m: ModelSpec, t: TrainingSpec, tp: int, values: ModelValues) -> 
         args += ["--position-embedding-type", "learned_absolute"]
     args += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
              "--norm-epsilon", repr(values.norm_eps),
-             "--attention-dropout", repr(DROPOUT), "--hidden-dropout", repr(DROPOUT)]
+             "--attention-dropout", repr(m.dropout), "--hidden-dropout", repr(m.dropout)]
     return args
 
 

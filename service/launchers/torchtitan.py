@@ -44,6 +44,8 @@ def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
         out.append(("model.bias", f"torchtitan's Llama 3 layers have no biases ({builder})"))
     if m.norm != "rmsnorm" or m.position_embedding != "rope" or not m.ffn_gated:
         out.append(("model.norm", f"torchtitan's Llama 3 model is RMSNorm + RoPE + SwiGLU ({builder})"))
+    if m.dropout:
+        out.append(("model.dropout", f"torchtitan's Llama 3 model has no dropout ({builder})"))
     if m.head_dim * m.heads != m.hidden:
         out.append(("model.head_dim", f"torchtitan's Llama 3 attention uses head_dim = dim / n_heads "
                     f"({m.hidden // m.heads}), not {m.head_dim} ({builder})"))

@@ -101,10 +101,11 @@ def test_seed_layout_model_defining_flags(seed_model, seed_training, seed_layout
     assert "rope_base is not stated" in notes and "10000" in notes
 
 
-def test_stated_rope_base_and_eps_reach_the_flags(seed_model, seed_training, seed_layout):
-    m = seed_model.model_copy(update={"rope_base": 500000.0, "norm_eps": 1e-6})
+def test_stated_rope_base_eps_and_dropout_reach_the_flags(seed_model, seed_training, seed_layout):
+    m = seed_model.model_copy(update={"rope_base": 500000.0, "norm_eps": 1e-6, "dropout": 0.1})
     a = parse_megatron(megatron_args(m, seed_training, seed_layout))
     assert a["rotary_base"] == 500000 and a["layernorm_epsilon"] == 1e-6
+    assert a["attention_dropout"] == a["hidden_dropout"] == 0.1
     assert "rope_base" not in " ".join(megatron_export(m, seed_training, seed_layout, [])["notes"])
 
 

@@ -71,6 +71,8 @@ def test_torchtitan_refuses_what_its_llama3_model_cannot_express(seed_model, see
     place = rank_placement(seed_cluster, lay)
     with pytest.raises(SpecError, match="no biases"):
         export_layout("torchtitan", seed_model.model_copy(update={"bias": True}), seed_training, lay, place)
+    with pytest.raises(SpecError, match="no dropout"):
+        export_layout("torchtitan", seed_model.model_copy(update={"dropout": 0.1}), seed_training, lay, place)
     with pytest.raises(SpecError, match="head_dim"):
         export_layout("torchtitan", seed_model.model_copy(update={"head_dim": 256}), seed_training, lay, place)
     with pytest.raises(SpecError, match="ZeRO stages"):  # the torchtitan profile: no ZeRO-1 without PP
