@@ -107,3 +107,12 @@ def _microbatch_rules(framework: str, rule: Any, t: TrainingSpec, layout: Layout
         return [("layout.micro_batch", f"{framework}'s interleaved schedule needs the {m} micro-batches "
                  f"per step to be a multiple of its {rounds} rounds ({_cite(rule)})")]
     return []
+
+
+def dense_model_rules(m: ModelSpec) -> list[tuple[str, str]]:
+    """The exports write dense GPT-style models only: experts, latent attention, Q/K norms and
+    multi-token prediction are refused rather than exported as a dense model."""
+    out = [(f"model.{name}", "the launcher exports cover dense models; this model has it set")
+           for name, on in (("moe", m.moe is not None), ("mla", m.mla is not None),
+                            ("qk_norm", m.qk_norm != "none"), ("mtp_layers", m.mtp_layers > 0)) if on]
+    return out

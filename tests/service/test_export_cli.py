@@ -60,3 +60,15 @@ def test_searched_layouts_export_for_their_framework():
             out = export_layout(fw, m, t, lay, rank_placement(c, lay), e.get("pipeline_split"))
             if fw == "megatron-core":
                 assert megatron_violations(out["args"]) == [], (model, e["rank"])
+
+
+def test_moe_models_are_refused_not_exported_as_dense(capsys):
+    """A mixture-of-experts model (Mixtral 8x7B, HF fixture) gets no dense export (exit 2)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+    mixtral = next((p for p in path.glob("*mixtral*/config.json")), None)
+    assert mixtral is not None
+    code = main(["export", "--model", str(mixtral), "--cluster", "seed-512", "--training", "seed-300b",
+                 "--layout", '{"tp": 8, "dp": 64}', "--framework", "megatron-core"])
+    assert code == 2 and "model.moe" in capsys.readouterr().err
