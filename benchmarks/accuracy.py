@@ -33,7 +33,7 @@ HELDOUT_CASES = HERE / "data" / "heldout_runs.jsonl"
 MEMORY_CASES = HERE / "data" / "memory_runs.jsonl"
 TARGET = {"median_abs_error": 0.05, "max_abs_error": 0.15}  # issue 4, "Done when"
 MEMORY_TARGET = {"median_abs_error": 0.08}  # issue 10, "Done when"
-CASE_KEYS = ("id", "predicted_step_time_s", "measured_step_time_s", "error", "fits",
+CASE_KEYS = ("id", "predicted_step_time_s", "measured_step_time_s", "error", "fits", "fits_device",
              "memory_per_gpu_bytes_total", "predicted_peak_memory_bytes",
              "measured_peak_memory_bytes", "peak_memory_kind", "memory_error")
 

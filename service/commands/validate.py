@@ -65,14 +65,17 @@ def render_md(result: dict) -> str:
     out = ["# Predicted vs measured step time and peak memory per GPU", "",
            "Memory in GB (1e9 bytes). `memory/GPU` is the whole predicted total; `pred. peak` is "
            "the prediction in the measurement's scope (allocator figures leave out the CUDA "
-           "context and NCCL buffers).", "",
-           "| id | predicted s | measured s | error | fits | memory/GPU GB | pred. peak GB "
+           "context and NCCL buffers). `fits` is the planning verdict (total within memory_gb x 1e9 "
+           "less the 10% margin); `fits device` asks whether the prediction is consistent with a "
+           "run that ran (total within the GPU's physical memory_gb GiB, no margin).", "",
+           "| id | predicted s | measured s | error | fits | fits device | memory/GPU GB | pred. peak GB "
            "| meas. peak GB | memory error |",
-           "|---|---:|---:|---:|:---:|---:|---:|---:|---:|"]
+           "|---|---:|---:|---:|:---:|:---:|---:|---:|---:|---:|"]
     for c in result["cases"]:
         out.append(f"| {c['id']} | {c['predicted_step_time_s']:.3f} | "
                    f"{_num(c['measured_step_time_s'], '.3f')} | {_pct(c['error'])} | "
-                   f"{'yes' if c['fits'] else 'no'} | {c['memory_per_gpu_bytes_total'] / 1e9:.1f} | "
+                   f"{'yes' if c['fits'] else 'no'} | {'yes' if c['fits_device'] else 'no'} | "
+                   f"{c['memory_per_gpu_bytes_total'] / 1e9:.1f} | "
                    f"{_gb(c['predicted_peak_memory_bytes'])} | {_gb(c['measured_peak_memory_bytes'])} | "
                    f"{_pct(c['memory_error'])} |")
     s = result["summary"]
@@ -81,6 +84,8 @@ def render_md(result: dict) -> str:
         out.append(f"Median |error| {s['median_abs_error'] * 100:.1f}%, max |error| "
                    f"{s['max_abs_error'] * 100:.1f}% ({s['worst_case']}), mean signed error "
                    f"{s['mean_signed_error'] * 100:+.1f}%.")
+    out.append(f"Fit: {s['fits']} of {s['cases']} within the planning capacity (10% margin); "
+               f"{s['fits_device']} of {s['cases']} within the GPU's physical memory (no margin).")
     out += _memory_lines(s.get("memory", {}))
     for item, count in sorted(s.get("defaulted", {}).items()):
         out.append(f"{count} case(s) do not state {item.split('=')[0]} and were scored with "

@@ -42,6 +42,8 @@ class CaseResult:
     predicted_peak_memory_bytes: float | None = None  # the prediction in the measurement's scope
     measured_peak_memory_bytes: float | None = None
     memory_error: float | None = None  # signed fraction: predicted / measured - 1
+    device_capacity_bytes: float = 0.0  # device_capacity_bytes(gpu): the HBM the run had
+    fits_device: bool = False  # predicted total <= device capacity: consistent with having run
 
 
 # What a published peak-memory figure counts. The first two are PyTorch caching-allocator
@@ -64,6 +66,27 @@ def predicted_peak_memory_bytes(memory: dict[str, float], kind: str) -> float:
     if kind in ALLOCATOR_KINDS:
         return memory["total"] - memory.get("framework_overhead", 0.0)
     return memory["total"]
+
+
+GIB_BYTES = 2**30
+
+
+def device_capacity_bytes(memory_gb: float) -> float:
+    """The memory a GPU sold as `memory_gb` "GB" of HBM physically has, bytes: memory_gb GiB.
+
+    HBM capacities are built from power-of-two stacks and sold in GiB under the "GB" label:
+    "80 GB" A100/H100 are 5 x 16 GiB stacks, and NVML (nvidia-smi) reports 81,920 MiB on the
+    A100 80GB (80 GiB = 85.9e9 bytes), 81,559 MiB on the H100 80GB HBM3 (85.5e9 bytes: the
+    driver keeps 361 MiB) and 143,771 MiB on the "141 GB" H200 (150.8e9 bytes) (NVIDIA H100
+    MIG guide: "80 GB HBM2e, 5 HBM2e stacks"; NVML figures as tabulated by Modal,
+    thundergolfer.com/blog/nvidia-gpu-memory-capacity). The topology presets keep memory_gb x
+    1e9 (GB = 1e9 bytes) as the *planning* capacity, 6.9% below this, on top of the 10% margin
+    (options.memory_margin_fraction); this figure is only for asking whether a run that ran
+    is consistent with having fit (validate's `fits_device`). GDDR parts (L40S, L4) are sold
+    in decimal GB and expose about 0.6% more than memory_gb x 1e9, less than this: the verdict
+    is meant for the HBM GPUs of the published runs.
+    """
+    return memory_gb * GIB_BYTES
 
 
 # Training fields that describe the software rather than the run's shape: when a case leaves
@@ -131,8 +154,9 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
     if missing:
         raise PlannerError("case: missing " + ", ".join(missing))
     training = load_training(case["training"])
-    est = estimate_layout(load_model(case["model"]), load_cluster(case["cluster"]),
-                          training, load_layout(case["layout"]), options)
+    cluster = load_cluster(case["cluster"])
+    est = estimate_layout(load_model(case["model"]), cluster, training, load_layout(case["layout"]), options)
+    device = device_capacity_bytes(cluster.gpu.memory_gb)
     measured = _measured(case, "step_time_s")
     memory, kind = _measured_memory(case)
     predicted_memory = memory_error = None
@@ -147,7 +171,8 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
         predicted_mfu=est.mfu, measured_mfu=_measured(case, "mfu"),
         time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training),
         peak_memory_kind=kind, predicted_peak_memory_bytes=predicted_memory,
-        measured_peak_memory_bytes=memory, memory_error=memory_error)
+        measured_peak_memory_bytes=memory, memory_error=memory_error,
+        device_capacity_bytes=device, fits_device=est.memory_per_gpu_bytes["total"] <= device)
 
 
 def _problems(exc: PlannerError) -> list[str]:
@@ -184,15 +209,20 @@ def memory_summary(results: list[CaseResult]) -> dict[str, Any]:
 
 def summarize(results: list[CaseResult]) -> dict[str, Any]:
     """Step time: error_stats over the measured cases, the worst case, fits and defaults
-    counted; memory: memory_summary under "memory"."""
+    counted; memory: memory_summary under "memory". Two fit verdicts, counted apart: `fits`
+    (the planning verdict: total <= (1 - margin) x memory_gb x 1e9, what a plan may fill) and
+    `fits_device` (total <= device_capacity_bytes, no margin: a run that ran must pass it,
+    or the prediction is inconsistent with the run having fit)."""
     errs = [(r.id, r.error) for r in results if r.error is not None]
     memory = memory_summary(results)
     if not errs:
-        return {"cases": len(results), "measured_cases": 0, "memory": memory}
+        return {"cases": len(results), "measured_cases": 0, "fits": sum(r.fits for r in results),
+                "fits_device": sum(r.fits_device for r in results), "memory": memory}
     worst = max(errs, key=lambda e: abs(e[1]))
     defaulted = Counter(item for r in results for item in r.defaulted)
     return {"cases": len(results), "measured_cases": len(errs), **error_stats(e for _, e in errs),
-            "worst_case": worst[0], "fits": sum(r.fits for r in results), "defaulted": dict(defaulted),
+            "worst_case": worst[0], "fits": sum(r.fits for r in results),
+            "fits_device": sum(r.fits_device for r in results), "defaulted": dict(defaulted),
             "memory": memory}
 
 
