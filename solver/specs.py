@@ -147,6 +147,13 @@ class TrainingSpec(StrictModel):
         description="Training framework the run uses (solver/data/frameworks/<name>.json): "
                     "'megatron-core' (also NeMo, Megatron-Bridge), 'torchtitan' or 'deepspeed'. "
                     "Decides which layouts the search may return and the per-layout memory recipe.")
+    logit_bytes: float | None = Field(
+        default=None, gt=0, le=64,
+        description="Bytes per logit (per token and vocabulary entry) the run's loss keeps alive "
+                    "when backward starts, for a run whose loss is not its framework's: e.g. 4 "
+                    "for BF16 logits saved by a fused cross-entropy plus the BF16 gradient it "
+                    "returns. Unset: the framework profile's memory.logit_bytes (Megatron-Core "
+                    "4, torchtitan 12).")
 
     @field_validator("currency")
     @classmethod

@@ -164,9 +164,11 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     FP32 softmax reused in place for the gradient); torchtitan 12 (FP32 log-softmax output,
     its incoming gradient and the gradient it returns, alive when backward starts). Added
     for every pp: exact for pp = 1, an upper bound on the first and last stages for pp > 1.
+    A training spec that states `logit_bytes` (a run whose loss is not its framework's)
+    replaces the profile's figure.
     """
     s_b = ctx.seq_len / cp * micro_batch
-    per_logit = load_framework(ctx.training.framework).memory.logit_bytes.value
+    per_logit = ctx.training.logit_bytes or load_framework(ctx.training.framework).memory.logit_bytes.value
     return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 
