@@ -12,7 +12,7 @@ import sys
 from topology.errors import InfeasibleError, PlannerError
 
 # Each name is a module service.commands.<name> with add_parser(subparsers) and run(args).
-COMMANDS = ("plan", "estimate", "search", "export", "validate", "calibrate", "topology", "serve", "db")
+COMMANDS = ("plan", "estimate", "search", "export", "validate", "calibrate", "topology", "cluster", "serve", "db")
 
 
 def build_parser() -> argparse.ArgumentParser:
