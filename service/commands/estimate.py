@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.cli import emit
+from service.cli import add_format, emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
@@ -17,13 +17,15 @@ from solver.presets import load_layout, load_model
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "estimate", help="step time, MFU, memory by component, fit and grad-sync bound of one layout")
-    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
-    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
-    p.add_argument("--training", required=True, help="training preset name or JSON path")
+    p.add_argument("--model", required=True,
+                   help="model preset name, JSON path or inline JSON (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name, JSON path or inline JSON object")
+    p.add_argument("--training", required=True,
+                   help="training preset name, JSON path or inline JSON object")
     p.add_argument("--layout", required=True, help="layout as a JSON path or an inline JSON object")
     add_framework_flag(p)
     add_profile_flag(p)
-    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    add_format(p, "json")
     p.set_defaults(run=run)
 
 

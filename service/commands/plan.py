@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from service.cli import emit
+from service.cli import add_format, emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
@@ -19,14 +19,15 @@ DEFAULT_TRAINING = "seed-300b"
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help="the whole plan for a model on a cluster")
-    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
-    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
-    p.add_argument("--training", help="training preset name or JSON path (tokens, seq_len, batch); "
+    p.add_argument("--model", required=True,
+                   help="model preset name, JSON path or inline JSON (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name, JSON path or inline JSON object")
+    p.add_argument("--training", help="training preset name, JSON path or inline JSON (tokens, seq_len, batch); "
                                       f"default: the seed recipe '{DEFAULT_TRAINING}', stated in the plan")
     add_framework_flag(p)
     add_price_arguments(p)
     add_profile_flag(p)
-    p.add_argument("--format", choices=("md", "json"), default="md", help="output format")
+    add_format(p, "md", ("md", "json", "html"))
     p.set_defaults(run=run)
 
 
@@ -67,5 +68,18 @@ def run(args: argparse.Namespace) -> int:
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "
                                       f"({t['tokens']:.3g} tokens, seq_len {t['seq_len']}, "
                                       f"{t['global_batch_tokens']:,} tokens per step) was assumed")
-    emit(plan, args.format, render_plan)
+    if args.format == "html":
+        print(plan_html(plan, model, cluster))
+    else:
+        emit(plan, args.format, render_plan)
     return 0
+
+
+def plan_html(plan: dict, model, cluster) -> str:
+    """The HTML page GET /v1/plans/{id}/report serves, for a plan that is not stored."""
+    from service.report_html import render_report
+    from service.routers.errors import jsonable
+    from service.routers.solving import report_data
+
+    plan = jsonable(plan)
+    return render_report(plan, jsonable(report_data(plan, model, cluster)), "not stored (trainplan plan)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from service.cli import emit
+from service.cli import add_format, emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import (
     add_framework_flag, add_search_flags, search_flag_options, with_framework,
@@ -19,9 +19,11 @@ from solver.presets import load_model
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("search", help="ranked layouts (CP-SAT, exact for the cost model)")
-    p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
-    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
-    p.add_argument("--training", required=True, help="training preset name or JSON path")
+    p.add_argument("--model", required=True,
+                   help="model preset name, JSON path or inline JSON (native or HF config.json)")
+    p.add_argument("--cluster", required=True, help="cluster preset name, JSON path or inline JSON object")
+    p.add_argument("--training", required=True,
+                   help="training preset name, JSON path or inline JSON object")
     p.add_argument("--top", type=int, default=10, help="distinct layouts to return (default 10)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
     p.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
@@ -41,7 +43,7 @@ def add_parser(subparsers) -> None:
     add_framework_flag(p)
     add_price_arguments(p)
     add_profile_flag(p)
-    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    add_format(p, "json")
     p.set_defaults(run=run)
 
 

@@ -3,30 +3,50 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import get_args
 
-from service.cli import emit
+from service.cli import add_format, emit
 from service.commands import load_capped_cluster
+from solver.errors import Problem, SpecError
 from solver.presets import load_layout
+from solver.specs import DEFAULT_RANK_ORDER, RankOrder
 from topology.groups import group_links
 from topology.placement import parse_order, placement_stats
+from topology.progress import note
 from topology.summary import graph_summary
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("topology", help="cluster graph summary and per-group bandwidth of a layout")
-    p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
+    p.add_argument("--cluster", required=True, help="cluster preset name, JSON path or inline JSON object")
     p.add_argument("--layout", help="layout as a JSON path or an inline JSON object (tp, cp, dp, pp used)")
-    p.add_argument("--order", default="tp-cp-dp-pp", help="rank order, fastest first (Megatron default)")
-    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    p.add_argument("--order", default=None, metavar="ORDER",
+                   help=f"rank order, fastest-varying first: {' or '.join(RANK_ORDERS)} (the orders a "
+                        "layout's rank_order accepts; default: the layout's rank_order, else "
+                        f"{DEFAULT_RANK_ORDER}, Megatron-LM's default)")
+    add_format(p, "json")
     p.set_defaults(run=run)
 
 
-def topology_report(cluster_arg, layout_arg=None, order: str = "tp-cp-dp-pp") -> dict:
+RANK_ORDERS: tuple[str, ...] = get_args(RankOrder)
+
+
+def check_order(order: str | None) -> None:
+    """Refuse an order a layout's rank_order would refuse. Raises: SpecError."""
+    if order is not None and order not in RANK_ORDERS:
+        reason = f"'{order}' is not a rank order; accepted: {', '.join(RANK_ORDERS)}"
+        raise SpecError(f"order: {reason}", [Problem("order", reason)])
+
+
+def topology_report(cluster_arg, layout_arg=None, order: str | None = None) -> dict:
     """The graph summary and, with a layout, its placement and GroupLinks (JSON-ready).
 
+    `order`: one of RANK_ORDERS; None takes the layout's rank_order.
     Raises: SpecError, InfeasibleError.
     """
+    check_order(order)
     cluster = load_capped_cluster(cluster_arg)
+    note("building the %s-GPU graph of %s", f"{cluster.gpus:,}", cluster.name)
     out = {
         "cluster": cluster.name,
         "generator": cluster.topology.kind if cluster.topology else "flat",
@@ -38,7 +58,8 @@ def topology_report(cluster_arg, layout_arg=None, order: str = "tp-cp-dp-pp") ->
     if layout_arg is None:
         return out
     lay = load_layout(layout_arg)
-    o = parse_order(order)
+    o = parse_order(order or lay.rank_order)
+    note("placing TP%d CP%d DP%d PP%d and routing its groups", lay.tp, lay.cp, lay.dp, lay.pp)
     dims = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp}
     ranks, nodes_used, aligned = placement_stats(cluster, dims, o)
     out["layout"] = dims

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.cli import emit
+from service.cli import add_format, emit
 from service.commands.profile_args import add_profile_flag, profile_for
 from solver.cost.validation import validate_lines
 from solver.errors import Problem, SpecError
@@ -21,7 +21,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("cases",
                    help="JSON-lines file of cases (schema of calibration/runs.jsonl); '-' reads stdin")
     add_profile_flag(p)
-    p.add_argument("--format", choices=("json", "md"), default="json", help="output format")
+    add_format(p, "json")
     p.set_defaults(run=run)
 
 

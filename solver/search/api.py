@@ -18,6 +18,7 @@ from solver.search.ties import TIE_RESOLUTION
 from solver.search.rules import accumulation, pipeline_split
 from solver.search.scaling import TIME_UNIT_S
 from solver.specs import ModelSpec, TrainingSpec
+from topology.progress import note
 from topology.spec import ClusterSpec, parse_spec
 
 # Builds the cost tables for a LayoutModel (default: solver.search.terms.term_rows).
@@ -74,6 +75,9 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     if options.gpus is not None and options.gpus > cluster.available_gpus:
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])
+    if explain:  # the outer search of a call (explain=False marks inner ones)
+        note("searching layouts on %s GPUs (time limit %g s)", f"{options.gpus or cluster.available_gpus:,}",
+             options.time_limit_s)
     if len(options.rank_orders) > 1:
         return _search_orders(model, cluster, training, options, cost_options=cost_options,
                               rows_builder=rows_builder, evaluator=evaluator, explain=explain)
@@ -166,6 +170,7 @@ def _raise_infeasible(model, cluster, training, options, cost_options, explain: 
     if explain:
         from solver.search.explain import explain_infeasible
 
+        note("no layout fits: looking for the smallest change that makes one fit")
         explanation = explain_infeasible(model, cluster, training, options, cost_options)
     raise InfeasibleError(explanation.get("reason", "no layout fits"), explanation)
 
