@@ -42,6 +42,7 @@ Explicit splits (LayoutSpec.pipeline_layers): time stage by stage (compose_split
 the embedding on the first stage and the LM head on the last) and memory of the busiest rank
 (split_memory_terms: each rank's own parameters and activations); balanced_split and
 chosen_split give the split a search assigns. Without a split, the formulas above.
+The memory terms and their composition live in solver.cost.step_memory (re-exported here).
 """
 from __future__ import annotations
 
@@ -50,11 +51,23 @@ from typing import Any
 from dataclasses import dataclass
 from collections.abc import Callable
 
-from solver.cost import memory as M
 from solver.cost import terms as T
-from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext, layers_on_rank
-from solver.specs import LayoutSpec, ZeroStage
+from solver.cost.step_memory import (  # re-exported: callers import them from here
+    MemoryTerms as MemoryTerms,
+    buffer_terms as buffer_terms,
+    busiest_stage_terms as busiest_stage_terms,
+    compose_memory as compose_memory,
+    dominant_stages as dominant_stages,
+    memory_terms as memory_terms,
+    rank_layers as rank_layers,
+    split_memory_terms as split_memory_terms,
+    stage_memory_terms as stage_memory_terms,
+    stage_profile as stage_profile,
+    stage_state as stage_state,
+    usable_memory_bytes as usable_memory_bytes,
+)
+from solver.specs import LayoutSpec
 
 
 @dataclass(frozen=True)
@@ -148,12 +161,6 @@ def step_time(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> StepTime
 # depend on the split, so the fastest split minimizes the slowest stage (Llama 3 gives the
 # first and last stages fewer layers for this reason; Dubey et al. 2024, Sec. 3.3.2).
 
-def rank_layers(split: tuple[int, ...], pp: int) -> list[int]:
-    """Layers per pipeline rank: chunk c runs on rank c mod pp (interleaved placement)."""
-    out = [0] * pp
-    for c, n in enumerate(split):
-        out[c % pp] += n
-    return out
 
 
 def stage_extras_s(terms: TimeTerms, pp: int) -> list[float]:
@@ -361,129 +368,3 @@ def stage_layer_limits(ctx: CostContext, layout: LayoutSpec, grad_accum: int, li
             seen[sig] = k
         out.append(seen[sig])
     return out
-
-
-@dataclass(frozen=True)
-class MemoryTerms:
-    """Values of the memory terms for one layout (bytes per GPU)."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    logits: float
-    comm_buffers: float
-    framework_overhead: float
-
-
-def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> MemoryTerms:
-    """Evaluate every memory term for a layout."""
-    lo = layout
-    if lo.pipeline_layers is not None:
-        return split_memory_terms(ctx, lo, grad_accum)
-    state = M.model_state(ctx, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
-    return MemoryTerms(
-        weights=state.weights, gradients=state.gradients, optimizer=state.optimizer,
-        activations=M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
-                                       recompute=lo.recompute, micro_batch=lo.micro_batch,
-                                       pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum),
-        **buffer_terms(ctx, lo), framework_overhead=ctx.options.framework_overhead_bytes)
-
-
-def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:
-    """The logits and communication-buffer terms of a layout (bytes per GPU)."""
-    lo = layout
-    return {"logits": M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-                "comm_buffers": M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
-                                                 sp=lo.sequence_parallel, zero=lo.zero_stage,
-                                                 micro_batch=lo.micro_batch)}
-
-
-def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> MemoryTerms:
-    """Memory terms of the busiest rank of layout.pipeline_layers (stage by stage)."""
-    lo = layout
-    assert lo.pipeline_layers is not None  # callers route only explicit splits here
-    profile = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
-                            micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
-                            split=lo.pipeline_layers)
-    return busiest_stage_terms(ctx, profile, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage,
-                               **buffer_terms(ctx, lo))
-
-
-def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, micro_batch: int,
-                  pp: int, vpp: int, grad_accum: int, split: tuple[int, ...]) -> list[tuple[int, float, bool]]:
-    """(parameters, activation bytes, runs the LM head) per pipeline rank of an explicit split.
-
-    Parameters: the rank's layers, the embedding (first rank), final norm and LM head (last).
-    Activations as memory.activation_bytes, rank by rank: rank r holds its n_r layers for
-    min(pp - r, m) micro-batches under 1F1B (Narayanan et al. 2021, Sec. 2.2.1; interleaved:
-    the first rank's in_flight_microbatches for every rank, an upper bound); the first rank
-    also keeps the embedding's stored values (8 s b bytes + the dropout mask s b h / t, as
-    memory.activation_bytes); full recompute adds one layer's full activations.
-    """
-    per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
-                                         micro_batch=micro_batch)
-    embed = M.embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
-    extra = (M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
-             if recompute == "full" else 0.0)
-    inter = M.in_flight_microbatches(pp, vpp, grad_accum)
-    pc = ctx.params
-    out = []
-    for r, n in enumerate(rank_layers(split, pp)):
-        flight = float(min(pp - r, grad_accum)) if vpp == 1 else inter
-        params = (n * pc.per_layer + (pc.embedding + pc.position_embedding if r == 0 else 0)
-                  + (pc.final_norm + pc.lm_head if r == pp - 1 else 0))
-        act = per_layer * n * flight + (embed * flight if r == 0 else 0.0) + extra
-        out.append((params, act, r == pp - 1))
-    return out
-
-
-def dominant_stages(profile: list[tuple[int, float, bool]]) -> list[tuple[int, float, bool]]:
-    """The ranks that can be the busiest: per (parameters, LM head) the most activations."""
-    best: dict[tuple[int, bool], float] = {}
-    for params, act, last in profile:
-        best[(params, last)] = max(act, best.get((params, last), act))
-    return [(p, a, last) for (p, last), a in best.items()]
-
-
-def stage_state(ctx: CostContext, params: int, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage):
-    """Model state per GPU of a rank holding `params` parameters (split over TP) under
-    training.framework's recipe (solver.cost.state.framework_state_bytes)."""
-    return framework_state_bytes(ctx.training, params / tp, pp=pp, dp=dp, cp=cp, zero=zero)
-
-
-def stage_memory_terms(ctx: CostContext, stage: tuple[int, float, bool], *, tp: int, pp: int, dp: int,
-                       cp: int, zero: ZeroStage, logits: float, comm_buffers: float, state=None) -> MemoryTerms:
-    """Memory terms of one rank of an explicit split: its own parameters' state (stage_state;
-    pass it when already computed), its activations, the LM-head buffers on the last rank
-    only, and the shared buffers."""
-    params, act, last = stage
-    if state is None:
-        state = stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
-    return MemoryTerms(state.weights, state.gradients, state.optimizer, act, logits if last else 0.0,
-                       comm_buffers, ctx.options.framework_overhead_bytes)
-
-
-def busiest_stage_terms(ctx: CostContext, stages: list[tuple[int, float, bool]], **kw) -> MemoryTerms:
-    """The MemoryTerms of the rank with the largest compose_memory total (first on ties)."""
-    terms = [stage_memory_terms(ctx, st, **kw) for st in stages]
-    totals = [compose_memory(t)["total"] for t in terms]
-    return terms[totals.index(max(totals))]
-
-
-def compose_memory(terms: MemoryTerms) -> dict[str, float]:
-    """The one memory composition: components, model_state and total (bytes per GPU)."""
-    out = {
-        "weights": terms.weights, "gradients": terms.gradients, "optimizer": terms.optimizer,
-        "model_state": terms.weights + terms.gradients + terms.optimizer,
-        "activations": terms.activations, "logits": terms.logits,
-        "comm_buffers": terms.comm_buffers, "framework_overhead": terms.framework_overhead,
-    }
-    out["total"] = (out["model_state"] + terms.activations + terms.logits + terms.comm_buffers
-                    + terms.framework_overhead)
-    return out
-
-
-def usable_memory_bytes(ctx: CostContext) -> float:
-    """GPU memory a plan may fill: (1 - margin) x capacity (options.memory_margin_fraction)."""
-    return ctx.cluster.gpu.memory_bytes * (1.0 - ctx.options.memory_margin_fraction)
