@@ -140,7 +140,8 @@ def _versus(plan: dict[str, Any]) -> list[str]:
     if not c:
         return []
     rank = (f"ranks {c['rank_min']:,}" + (f"-{c['rank_max']:,}" if c["rank_max"] != c["rank_min"] else "")
-            + f" of {c['fitting_layouts']:,} fitting layouts") if "rank_min" in c else "does not fit"
+            + f" of {c['fitting_layouts']:,} fitting layouts") if "rank_min" in c else (
+                c.get("rank_note") or "does not fit")
     why = ", ".join(f"{w['component']} {w['seconds']:+.2f} s" for w in c["why"])
     m = c["memory_per_gpu_bytes"]
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in c["time_breakdown_s"].items() if v >= 0.005)

@@ -190,7 +190,7 @@ def _ladder_section(choice: dict[str, Any] | None) -> str:
     if not choice or "layout" not in choice:
         return ""
     rank = (f"ranks {choice['rank_min']}-{choice['rank_max']} of {choice['fitting_layouts']} "
-            "fitting layouts" if "rank_min" in choice else "does not fit")
+            "fitting layouts" if "rank_min" in choice else (choice.get("rank_note") or "does not fit"))
     slower = _num(choice.get("slower_than_best"))
     head = (f"<p class=\"ladder-choice\">{escape(layout_label(choice['layout']))}: "
             f"{_fmt(choice.get('step_time_s'))} s per step, MFU {_fmt(choice.get('mfu'))}, {rank}"

@@ -79,7 +79,11 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     if est.fits:
         rank = layout_rank(model, cluster, training, layout, best_step_time_s=best["step_time_s"], estimate=est,
                            cost_options=cost_options)
-        out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
+        if rank["fitting_layouts"] > 0:  # else there is nothing to rank it among
+            out.update({k: rank[k] for k in ("rank_min", "rank_max", "fitting_layouts")})
+        else:
+            out["rank_note"] = ("not ranked: no layout of the searched space (all GPUs, this global "
+                                "batch) fits to rank it among")
     return out
 
 

@@ -173,17 +173,35 @@ def ladder_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     tp = largest_tp(model, cluster.gpus_per_node)
     tried: list[dict[str, Any]] = []
     for pp in _pp_candidates(model, gpus // tp):
-        rungs = [_rung(n, training, cluster, _ladder_layout(tp, pp, gpus // (tp * pp), z),
+        rungs = [_rung(n, training, cluster, _ladder_layout(tp, pp, ladder_dp(training, gpus // (tp * pp)), z),
                        headroom_fraction) for z in (0, 1, 2, 3)]
         tried.extend(rungs)
         fitting = [r for r in rungs if r["fits"]]
         if fitting:
             ladder = _ladder_story(model, cluster, tp, pp, tried, fitting[0], headroom_fraction)
+            if fitting[0]["dp"] < gpus // (tp * pp):
+                ladder["dp_reason"] = (
+                    f"capped at the global batch's {batch_sequences(training):,} sequences per step "
+                    f"({training.global_batch_tokens:,} tokens / seq_len {training.seq_len:,}); "
+                    f"{gpus - fitting[0]['gpus']:,} of {gpus:,} GPUs stay idle (a larger batch or "
+                    "more model parallelism would use them)")
             return ladder, fitting
     raise InfeasibleError(
         f"no ladder rung fits: model state does not leave {headroom_fraction:.0%} of "
         f"{cluster.gpu.memory_gb:g} GB free at any ZeRO stage or pipeline depth tried",
         {"tried": tried})
+
+
+def batch_sequences(training: TrainingSpec) -> int:
+    """Sequences in one global batch (at least one)."""
+    return max(1, training.global_batch_tokens // training.seq_len)
+
+
+def ladder_dp(training: TrainingSpec, replicas: int) -> int:
+    """DP of a ladder rung: the GPUs left after TP x PP, but no more replicas than the
+    global batch has sequences (each replica needs at least one sequence per step, micro-batch
+    1); the GPUs beyond that stay idle rather than growing the batch."""
+    return min(replicas, batch_sequences(training))
 
 
 def _ladder_layout(tp: int, pp: int, dp: int, zero_stage: ZeroStage) -> LayoutSpec:
