@@ -30,7 +30,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--framework", choices=get_args(FrameworkName), default=None,
                    help="use only the runs of this training.framework and record it in the profile")
     p.add_argument("-o", "--output", required=True, help="where to write the profile (JSON)")
-    p.add_argument("--format", choices=("json", "md"), default="md", help="report format")
+    p.add_argument("--format", choices=("json", "md"), default="md",
+                   help="output format: json, md (default: md); a report, as for plan")
     m = p.add_argument_group("--measure: microbenchmarks on this machine (torch if installed, else numpy)")
     m.add_argument("--measure", action="store_true", help="measure GEMM, attention, HBM copy and collectives")
     m.add_argument("--model", help="model preset or JSON path (the GEMM shapes)")

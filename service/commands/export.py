@@ -30,7 +30,8 @@ def add_parser(subparsers) -> None:
     add_framework_flag(p)
     p.add_argument("--format", choices=("json", "md", "native"), default="json",
                    help="json: the whole export; md: a summary; native: the framework's own "
-                        "artifact (Megatron-LM command line, torchtitan config module, DeepSpeed JSON)")
+                        "artifact (Megatron-LM command line, torchtitan config module, DeepSpeed JSON) "
+                        "(default: json)")
     p.set_defaults(run=run)
 
 

@@ -47,7 +47,7 @@ def test_exit_codes_match_the_help():
 
 
 def test_every_format_option_states_its_default_and_the_defaults_follow_the_readme_rule():
-    """plan prints a report (md); every other command prints data (json); README says why."""
+    """plan and calibrate print reports (md); every other command prints data (json); README says why."""
     seen = {}
     for name, sub in _subparsers(build_parser()).items():
         for action in sub._actions:
@@ -55,6 +55,7 @@ def test_every_format_option_states_its_default_and_the_defaults_follow_the_read
                 assert f"(default: {action.default})" in action.help, name
                 seen[name] = action.default
     assert seen.pop("plan") == "md"
+    assert seen.pop("calibrate", "md") == "md"  # a report too
     assert set(seen) >= {"estimate", "search", "topology", "validate"}
     assert set(seen.values()) == {"json"}
     readme = (ROOT / "README.md").read_text()
