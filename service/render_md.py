@@ -337,4 +337,5 @@ def render_estimate(est: dict[str, Any]) -> str:
         f"- DP gradient-sync lower bound: {c['dp_grad_sync_lower_bound_s']:.3f} s "
         f"({c['dp_ranks']} ranks at {c['dp_bandwidth_gb_s']:g} GB/s)",
         f"- batch: {est['batch']['tokens_per_step']:,} tokens per step, "
-        f"{est['batch']['grad_accum']} accumulation steps"])
+        f"{est['batch']['grad_accum']} accumulation steps"]
+        + [f"- **warning**: {w}" for w in est.get("warnings", [])])

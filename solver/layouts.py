@@ -114,6 +114,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     out = {**acc, **pred, "accounting": {"memory_per_gpu_bytes": acc["memory_per_gpu_bytes"],
                                          "fits_model_state_only": acc["fits"]}}
     out["memory_free_bytes"] = acc["memory_capacity_bytes"] - pred["memory_per_gpu_bytes"]["total"]
+    from solver.sanity import batch_warnings, scale_warnings
+
+    out["warnings"] = (batch_warnings(training, out["batch"])
+                       + scale_warnings(training, cluster, pred.get("mfu"), "this layout"))
     return with_bands(out, training.framework, step_band)
 
 

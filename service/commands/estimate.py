@@ -29,6 +29,12 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def print_warnings(result: dict) -> None:
+    """Sanity warnings (solver.sanity) on stderr, one line each; the result keeps them too."""
+    for w in result.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training, layout = require_training(args.training), load_layout(args.layout)
@@ -38,5 +44,6 @@ def run(args: argparse.Namespace) -> int:
         src = v["sources"][0]
         print(f"warning: NOT RUNNABLE: {v['reason']} [{v['rule']}; {src['repository']} {src['path']} "
               f"@ {src['commit'][:10]}]", file=sys.stderr)
+    print_warnings(result)
     emit(result, args.format, render_estimate)
     return 0
