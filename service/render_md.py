@@ -176,15 +176,21 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
             "reduction tail after backward is exposed communication."]
 
 
+GRID_HEAD = ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO", "micro-batch", "recompute", "accum",
+             "tokens/step", "state/GPU", "memory/GPU", "predicted step", "predicted MFU", "note"]
+
+
 def grid_cells(g: dict[str, Any]) -> list[Any]:
     """One row of stage 2's scaling grid as text (GB = 1e9 bytes; '-' or 'n/a' when not
-    predicted): GPUs, DP, accumulation, tokens/step, ZeRO, model state/GPU, memory/GPU,
-    step time, MFU, note. The Markdown plan and the HTML report both print these cells."""
+    predicted), columns GRID_HEAD: GPUs, the searched layout (TP, PP, VPP, DP, CP, ZeRO,
+    micro-batch, recompute), accumulation, tokens/step, model state/GPU, memory/GPU, step
+    time, MFU, note. The Markdown plan and the HTML report both print these cells."""
     def count(key: str) -> str:
         return "-" if g.get(key) is None else f"{g[key]:,}"
 
-    return [count("gpus"), count("dp"), count("grad_accum"), count("tokens_per_step"),
-            "-" if g.get("zero_stage") is None else f"ZeRO-{g['zero_stage']}",
+    return [count("gpus"), count("tp"), count("pp"), count("vpp"), count("dp"), count("cp"),
+            "-" if g.get("zero_stage") is None else f"ZeRO-{g['zero_stage']}", count("micro_batch"),
+            g.get("recompute") or "-", count("grad_accum"), count("tokens_per_step"),
             _gb(g.get("model_state_per_gpu_bytes")), _gb(g.get("memory_per_gpu_bytes")),
             "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
             "-" if g.get("mfu") is None else f"{g['mfu']:.1%}", g.get("note")]
@@ -199,8 +205,7 @@ def _stages(plan: dict[str, Any]) -> list[str]:
            + ("" if s1["full_model_fits_one_node"] else " (the full model does not fit one node: "
               "use a reduced-depth proxy)") + "; " + "; ".join(s1["checks"]) + ".",
            "", f"**Stage 2, {s2['name']}**: keep the {s2['keep']}.", ""]
-    out += md_table(["GPUs", "DP", "accum", "tokens/step", "ZeRO", "state/GPU", "memory/GPU",
-                   "predicted step", "predicted MFU", "note"], [grid_cells(g) for g in s2["grid"]])
+    out += md_table(GRID_HEAD, [grid_cells(g) for g in s2["grid"]])
     out += ["", "Record: " + ", ".join(s2["record"]) + ".",
             "", f"**Stage 3, {s3['name']}**: checkpoint {_gb(s3['checkpoint_bytes'])} (weights + "
             f"optimizer state), predicted write {s3['checkpoint_write_s']:.1f} s, every "

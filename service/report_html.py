@@ -238,11 +238,9 @@ def _gb_text(value: Any) -> str:
 
 def _grid_table(grid: list[dict[str, Any]]) -> str:
     """Stage 2's scaling grid: one row per GPU count, the cells of the Markdown plan."""
-    from service.render_md import grid_cells
+    from service.render_md import GRID_HEAD, grid_cells
 
-    return _table(["gpus", "dp", "grad_accum", "tokens_per_step", "zero_stage",
-                   "model state/GPU", "memory/GPU", "step", "MFU", "note"],
-                  [grid_cells(g) for g in grid], "scaling-grid")
+    return _table(GRID_HEAD, [grid_cells(g) for g in grid], "scaling-grid")
 
 
 def _stage_facts(stage: dict[str, Any]) -> list[str]:

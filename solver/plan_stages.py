@@ -5,11 +5,10 @@ Unit legend: `_bytes` bytes; `_s` seconds; `_flops` FLOPs.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from solver.cost.accounting import batch_plan
-from solver.plan import layout_fields
-from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 
 # Fraction of the run's tokens the convergence stage spends before the full run (a
@@ -21,7 +20,7 @@ def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
     """The seed's small scaling grid generalised: one node, 8 nodes, a quarter, all.
 
     For 512 GPUs in 8-GPU nodes this is the seed's 8, 64, 128, 512. Sizes are multiples
-    of `unit` (TP x PP GPUs, one model replica) and at most the available GPUs.
+    of `unit` and at most the available GPUs (each size is searched on its own).
     """
     total, node = cluster.available_gpus, cluster.gpus_per_node
     sizes = {node, 8 * node, total // 4, total}
@@ -30,33 +29,41 @@ def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
 
 def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 best: dict[str, Any], gpus: int) -> dict[str, Any]:
-    """The best layout shrunk to `gpus` (DP scaled down, the global batch kept), with the
-    lightest ZeRO stage from the best's upward that fits; predicted by the cost model.
+    """The searched best layout on `gpus` GPUs (the same search as `trainplan search --gpus N`,
+    so a grid row is never slower than it), with its whole layout; the global batch kept.
 
-    At the best layout's own size the search's estimate of it is reused, not evaluated again.
+    At the best layout's own size the plan's ranking is reused, not searched again.
     """
-    from solver.cost.estimate import estimate_layout
+    from solver.errors import InfeasibleError, SolverTimeoutError
+    from solver.search import search_layouts
+    from solver.specs import RankOrder
 
-    replica = best["tp"] * best["pp"] * best["cp"]
-    dp = gpus // replica
-    b = batch_plan(training, dp, best["micro_batch"])
-    point = {"gpus": gpus, "dp": dp, "grad_accum": b.grad_accum, "tokens_per_step": b.tokens_per_step,
-             "zero_stage": None, "model_state_per_gpu_bytes": None, "memory_per_gpu_bytes": None,
-             "step_time_s": None, "mfu": None,
-             "note": "full model does not fit: use a reduced-depth proxy"}
-    for z in range(best["zero_stage"], 4):
-        if dp == best["dp"] and z == best["zero_stage"] and "time_breakdown_s" in best:
-            fits, m, step_s, mfu = (best["fits"], best["memory_per_gpu_bytes"],
-                                    best["step_time_s"], best["mfu"])
-        else:
-            layout = LayoutSpec(**{**layout_fields(best), "dp": dp, "zero_stage": z})
-            est = estimate_layout(model, cluster, training, layout)
-            fits, m, step_s, mfu = est.fits, est.memory_per_gpu_bytes, est.step_time_s, est.mfu
-        if fits:
-            point.update(zero_stage=z, model_state_per_gpu_bytes=m["model_state"],
-                         memory_per_gpu_bytes=m["total"], step_time_s=step_s,
-                         mfu=mfu, note="fits the full model")
-            break
+    point: dict[str, Any] = {"gpus": gpus, "zero_stage": None, "model_state_per_gpu_bytes": None,
+                             "memory_per_gpu_bytes": None, "step_time_s": None, "mfu": None,
+                             "note": "full model does not fit: use a reduced-depth proxy",
+                             "framework": training.framework}
+    if gpus == best.get("gpus") and "time_breakdown_s" in best:
+        top = best
+    else:
+        options: dict[str, Any] = {"gpus": gpus, "top_k": 1}
+        if cluster.topology is not None:
+            options["rank_orders"] = list(get_args(RankOrder))
+        try:
+            res = search_layouts(model, cluster, training, options, explain=False)
+        except (InfeasibleError, SolverTimeoutError):
+            return point
+        r = res.layouts[0]
+        top = {**r.layout.model_dump(), "gpus": r.layout.gpus, "step_time_s": r.estimate.step_time_s,
+               "mfu": r.estimate.mfu, "memory_per_gpu_bytes": dict(r.estimate.memory_per_gpu_bytes)}
+    b = batch_plan(training, top["dp"], top["micro_batch"])
+    point.update({k: top[k] for k in ("tp", "pp", "vpp", "dp", "cp", "zero_stage", "micro_batch",
+                                      "recompute", "sequence_parallel")})
+    point.update(gpus=top["gpus"], grad_accum=b.grad_accum, tokens_per_step=b.tokens_per_step,
+                 model_state_per_gpu_bytes=top["memory_per_gpu_bytes"].get("model_state"),
+                 memory_per_gpu_bytes=top["memory_per_gpu_bytes"]["total"],
+                 step_time_s=top["step_time_s"], mfu=top["mfu"],
+                 note="fits the full model" + ("" if top["gpus"] == gpus else
+                                               f" (no layout uses all {gpus} GPUs)"))
     return point
 
 
@@ -66,8 +73,7 @@ def validation_stages(model: ModelSpec, cluster: ClusterSpec, training: Training
     best, n = plan["layouts"][0], plan["parameters"]["total"]
     assert training.tokens is not None  # build_plan refuses a training without tokens
     step_flops = plan["flops"]["total"] * plan["batch"]["tokens_per_step"] / training.tokens
-    grid = [_grid_point(model, cluster, training, best, g)
-            for g in scaling_grid(cluster, best["tp"] * best["pp"] * best["cp"])]
+    grid = [_grid_point(model, cluster, training, best, g) for g in scaling_grid(cluster, 1)]
     conv_tokens = CONVERGENCE_FRACTION * training.tokens
     return [
         {"stage": 1, "name": "one-node correctness", "gpus": cluster.gpus_per_node,

@@ -166,9 +166,9 @@ def test_validation_stages_rendered_not_dumped(seed_plan):
     grid = Grid()
     grid.feed(section)
     head, *rows = grid.rows
-    assert head[:5] == ["gpus", "dp", "grad_accum", "tokens_per_step", "zero_stage"]
+    assert head[:7] == ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO"]  # the whole searched layout
     assert [r[0] for r in rows] == [f"{g['gpus']:,}" for g in stages[1]["grid"]]
-    assert rows[-1][0] == "512" and rows[-1][3] == "4,194,304"  # seed: 512 GPUs, 4,194,304 tok/step
+    assert rows[-1][0] == "512" and rows[-1][10] == "4,194,304"  # seed: 512 GPUs, 4,194,304 tok/step
     for s in stages:
         assert f"Stage {s['stage']}: {s['name']}" in section
         for check in s.get("checks", []):
