@@ -117,11 +117,15 @@ def _no_window(data: dict[str, Any], kind: str) -> None:
         raise _refuse(key, "sliding-window attention is not modelled")
 
 
+def _routed(data: dict[str, Any], experts_key: str, expert_ffn_hidden: int) -> dict[str, Any]:
+    """The routed-expert fields every MoE reader fills: expert count, top-k and width."""
+    return {"experts": _need(data, experts_key), "experts_per_token": _need(data, "num_experts_per_tok"),
+            "expert_ffn_hidden": expert_ffn_hidden}
+
+
 def _mixtral(data: dict[str, Any]) -> dict[str, Any]:
     out = _base(data, "mixtral")
-    out["moe"] = {"experts": _need(data, "num_local_experts"),
-                  "experts_per_token": _need(data, "num_experts_per_tok"),
-                  "expert_ffn_hidden": out["ffn_hidden"]}
+    out["moe"] = _routed(data, "num_local_experts", out["ffn_hidden"])
     return out
 
 
@@ -129,9 +133,7 @@ def _qwen(data: dict[str, Any], kind: str) -> dict[str, Any]:
     out = _base(data, kind)
     if data.get("mlp_only_layers"):
         raise _refuse("mlp_only_layers", "explicit dense-layer lists are not modelled")
-    out["moe"] = {"experts": _need(data, "num_experts"),
-                  "experts_per_token": _need(data, "num_experts_per_tok"),
-                  "expert_ffn_hidden": _need(data, "moe_intermediate_size"),
+    out["moe"] = {**_routed(data, "num_experts", _need(data, "moe_intermediate_size")),
                   "layer_step": data.get("decoder_sparse_step") or 1}
     if kind == "qwen2_moe":  # Qwen2MoeAttention: q/k/v_proj bias=True; one gated shared expert
         out["qkv_bias"] = True
@@ -145,9 +147,7 @@ def _qwen(data: dict[str, Any], kind: str) -> dict[str, Any]:
 def _olmoe(data: dict[str, Any]) -> dict[str, Any]:
     out = _base(data, "olmoe")
     out["qk_norm"] = "full"  # OlmoeAttention: q_norm RMSNorm(D), k_norm RMSNorm(K dh)
-    out["moe"] = {"experts": _need(data, "num_experts"),
-                  "experts_per_token": _need(data, "num_experts_per_tok"),
-                  "expert_ffn_hidden": out["ffn_hidden"]}
+    out["moe"] = _routed(data, "num_experts", out["ffn_hidden"])
     return out
 
 
@@ -168,9 +168,7 @@ def _deepseek(data: dict[str, Any], kind: str) -> dict[str, Any]:
     out["mla"] = {"q_lora_rank": data.get("q_lora_rank"), "kv_lora_rank": _need(data, "kv_lora_rank"),
                   "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
                   "v_head_dim": _need(data, "v_head_dim")}
-    out["moe"] = {"experts": _need(data, "n_routed_experts"),
-                  "experts_per_token": _need(data, "num_experts_per_tok"),
-                  "expert_ffn_hidden": _need(data, "moe_intermediate_size"),
+    out["moe"] = {**_routed(data, "n_routed_experts", _need(data, "moe_intermediate_size")),
                   "shared_experts": data.get("n_shared_experts") or 0,
                   "first_dense_layers": data.get("first_k_dense_replace") or 0,
                   "router": scoring, "router_bias": method == "noaux_tc"}
@@ -188,9 +186,7 @@ def _llama4(data: dict[str, Any]) -> dict[str, Any]:
     # Llama4TextMoe: experts and the one shared expert have width intermediate_size; dense
     # layers (Llama4TextMLP) intermediate_size_mlp.
     out["ffn_hidden"] = _need(data, "intermediate_size_mlp")
-    out["moe"] = {"experts": _need(data, "num_local_experts"),
-                  "experts_per_token": _need(data, "num_experts_per_tok"),
-                  "expert_ffn_hidden": _need(data, "intermediate_size"),
+    out["moe"] = {**_routed(data, "num_local_experts", _need(data, "intermediate_size")),
                   "shared_experts": 1, "layer_step": step}
     return out
 

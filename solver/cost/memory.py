@@ -24,7 +24,6 @@ from solver.cost.compute import ACT_BYTES, dropout_on
 from solver.cost.options import AttentionKernel
 from solver.cost.state import framework_state_bytes, gathered_weight_bytes
 from solver.cost.terms import CostContext, layers_on_rank
-from solver.frameworks import load_framework
 from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
 
@@ -89,7 +88,7 @@ def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, reco
 
 
 def _selective_policy(ctx: CostContext) -> SelectivePolicy:
-    return load_framework(ctx.training.framework).memory.selective_recompute.value
+    return ctx.framework.memory.selective_recompute.value
 
 
 def op_selective_bytes(model: ModelSpec, seq_len: int, *, tp: int, cp: int, sp: bool,
@@ -168,7 +167,7 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     replaces the profile's figure.
     """
     s_b = ctx.seq_len / cp * micro_batch
-    per_logit = ctx.training.logit_bytes or load_framework(ctx.training.framework).memory.logit_bytes.value
+    per_logit = ctx.training.logit_bytes or ctx.framework.memory.logit_bytes.value
     return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 

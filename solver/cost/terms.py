@@ -18,6 +18,7 @@ from solver.cost.communication import (
     allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
 )
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
+from solver.frameworks import FrameworkProfile, load_framework
 from solver.model_parts import refuse_unmodelled
 from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
@@ -39,6 +40,11 @@ class CostContext:
 
     def __post_init__(self) -> None:
         refuse_unmodelled(self.model, "the step-time model")
+
+    @cached_property
+    def framework(self) -> FrameworkProfile:
+        """The training framework's profile (its memory semantics and rules)."""
+        return load_framework(self.training.framework)
 
     @cached_property
     def params(self) -> ParameterCounts:
