@@ -184,6 +184,16 @@ class LayoutSpec(StrictModel):
         default=0, description="0 replicated; 1 optimizer sharded over DP; 2 + gradients; 3 + weights.")
     micro_batch: int = Field(default=1, ge=1, le=100_000, description="Sequences per micro-batch per replica.")
     recompute: Recompute = Field(default="none", description="Activation recompute: none, selective, full.")
+    ep: int = Field(
+        default=1, ge=1, le=100_000,
+        description="Expert-parallel degree (Megatron --expert-model-parallel-size): routed experts "
+                    "are split over ep ranks. 1 for a dense model.")
+    etp: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Expert tensor-parallel degree (--expert-tensor-parallel-size); None means tp, "
+                    "Megatron's default (NVIDIA/Megatron-LM d98e8a64, megatron/training/arguments.py "
+                    "L587). The expert group EP x ETP x expert-DP spans the same ranks as TP x CP x DP "
+                    "(megatron/core/parallel_state.py L874-883, initialize_model_parallel).")
     rank_order: RankOrder = Field(
         default=DEFAULT_RANK_ORDER,
         description="Placement: how ranks map to GPUs, fastest-varying first. 'tp-cp-dp-pp' is "
@@ -199,6 +209,10 @@ class LayoutSpec(StrictModel):
     def _check(self) -> LayoutSpec:
         if self.vpp > 1 and self.pp == 1:
             raise ValueError("vpp: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+        if (self.tp * self.cp * self.dp) % (self.ep * self.expert_tp):
+            raise ValueError(f"ep: ep x etp ({self.ep} x {self.expert_tp}) must divide tp x cp x dp "
+                             f"({self.tp * self.cp * self.dp}): the expert group folds onto the same "
+                             "ranks (Megatron parallel_state.py, initialize_model_parallel)")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel: needs tp > 1")
         split = self.pipeline_layers
@@ -214,6 +228,17 @@ class LayoutSpec(StrictModel):
     def gpus(self) -> int:
         """GPUs the layout occupies: tp * pp * dp * cp."""
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree in effect (etp, or tp when unset)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: the TP x CP x DP ranks of one pipeline stage divided by
+        EP x ETP (Megatron parallel_state.py L880, expert_data_parallel_size)."""
+        return (self.tp * self.cp * self.dp) // (self.ep * self.expert_tp)
 
 
 def tp_splits_heads(model: ModelSpec, tp: int) -> bool:
@@ -237,6 +262,12 @@ def check_layout_fits_model(model: ModelSpec, training: TrainingSpec, layout: La
     if layout.pipeline_layers is not None and sum(layout.pipeline_layers) != model.layers:
         out.append(f"layout.pipeline_layers: sum {sum(layout.pipeline_layers)} is not model.layers "
                    f"({model.layers})")
+    if model.moe is None and (layout.ep > 1 or layout.expert_tp != layout.tp):
+        out.append("layout.ep: expert parallelism (ep > 1 or etp) needs a mixture-of-experts model "
+                   "(model.moe)")
+    elif model.moe is not None and model.moe.experts % layout.ep:
+        # Megatron-LM d98e8a64 megatron/training/arguments.py L1657: num_experts % EP == 0.
+        out.append(f"layout.ep: {layout.ep} does not divide model.moe.experts ({model.moe.experts})")
     if training.seq_len % (2 * layout.cp) and layout.cp > 1:
         out.append(f"layout.cp: seq_len ({training.seq_len}) not divisible by 2*cp ({2 * layout.cp})")
     return out
