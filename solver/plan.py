@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from solver.cost.accounting import (
     FLOP_CONVENTION, Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
-    ring_allreduce_lower_bound_s, run_time, training_flops,
+    ffn_params, ring_allreduce_lower_bound_s, run_time, training_flops,
 )
 from solver.errors import InfeasibleError, Problem, SpecError
 from solver.specs import (
@@ -73,6 +73,17 @@ def _grad_sync(model_params: int, training: TrainingSpec, cluster: ClusterSpec,
     }
 
 
+def _rank_share_params(model: ModelSpec, training: TrainingSpec, layout: LayoutSpec) -> int:
+    """Parameters whose TP x PP share is one rank's: all of a dense model's; for a MoE model
+    the routed experts count tp / (ep x etp) times, as EP x ETP splits them instead of TP
+    (solver.cost.moe_memory)."""
+    pc = parameter_counts(model, training.seq_len)
+    if model.moe is None:
+        return pc.total
+    routed = pc.moe_layers * model.moe.experts * ffn_params(model, model.moe.expert_ffn_hidden)
+    return pc.total - routed + round(routed * layout.tp / (layout.ep * layout.expert_tp))
+
+
 def estimate_accounting(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                         layout: LayoutSpec) -> dict[str, Any]:
     """Accounting for one fixed layout: per-GPU model state, fit, grad-sync bound, batch.
@@ -82,12 +93,13 @@ def estimate_accounting(model: ModelSpec, cluster: ClusterSpec, training: Traini
     the model's shapes or needs more GPUs than the cluster has available.
     """
     validate_layout(model, cluster, training, layout)
-    n = parameter_counts(model, training.seq_len).total
+    n = _rank_share_params(model, training, layout)
     state = per_gpu_model_state_bytes(n, training.precision, layout)
     capacity = cluster.gpu.memory_bytes
     batch = batch_plan(training, layout.dp, layout.micro_batch)
+    expert = {"ep": layout.ep, "etp": layout.expert_tp} if model.moe is not None else {}
     return {
-        "layout": layout_dict(layout),
+        "layout": {**layout_dict(layout), **expert},
         "gpus": layout.gpus,
         "memory_per_gpu_bytes": _state_dict(state),
         "memory_capacity_bytes": capacity,

@@ -154,6 +154,21 @@ class TrainingSpec(StrictModel):
                     "for BF16 logits saved by a fused cross-entropy plus the BF16 gradient it "
                     "returns. Unset: the framework profile's memory.logit_bytes (Megatron-Core "
                     "4, torchtitan 12).")
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=64,
+        description="Expert capacity factor (Megatron --moe-expert-capacity-factor; None: dropless, "
+                    "Megatron's default): no expert takes more than this x its mean share of tokens, so "
+                    "it is the busiest expert rank's load factor. MoE models only.")
+    moe_load_imbalance: float | None = Field(
+        default=None, ge=1, le=64,
+        description="Tokens of the busiest expert rank over the mean (>= 1) when the run states a "
+                    "measured value; unset: the capacity factor if set, else the cost model's default "
+                    "(solver.cost.moe_layer.DEFAULT_LOAD_IMBALANCE, its basis printed with the estimate).")
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Token dispatch/combine all-to-all hidden under another micro-batch's compute "
+                    "(Megatron --overlap-moe-expert-parallel-comm, default off: "
+                    "megatron/core/model_parallel_config.py, NVIDIA/Megatron-LM d98e8a64).")
 
     @field_validator("currency")
     @classmethod

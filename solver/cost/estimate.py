@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from solver.cost.accounting import FLOP_CONVENTION, attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
+from solver.cost.moe_summary import moe_notes, moe_summary
 from solver.cost.state import recipe_summary
 from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
 from solver.cost.terms import CostContext, with_rank_order
@@ -55,6 +56,7 @@ class LayoutEstimate:
     memory_recipe: dict = field(default_factory=dict)  # solver.cost.state.recipe_summary
     framework_violations: tuple = ()     # capability rules the framework breaks (Violation dicts)
     flop_convention: str = FLOP_CONVENTION  # what MFU's model FLOPs count (accounting.FLOP_CONVENTION)
+    moe: dict = field(default_factory=dict)  # MoE layouts: solver.cost.moe_summary.moe_summary
 
     @property
     def runs_in_framework(self) -> bool:
@@ -131,6 +133,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
         f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
     broken = framework_violations(ctx.training, layout, m)
     notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
+    notes += moe_notes(ctx, layout)
     return LayoutEstimate(
         layout=layout.model_dump(), step_time_s=st.step_time_s,
         mfu=model_flops / (st.step_time_s * peak), hfu=hw_flops / (st.step_time_s * peak),
@@ -139,7 +142,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
         time_breakdown_s=st.breakdown_s, memory_per_gpu_bytes=mem,
         fits=mem["total"] <= usable, memory_margin=margin, notes=notes, framework=ctx.training.framework,
         memory_recipe=recipe_summary(ctx.training, layout.zero_stage, layout.pp, layout.dp, layout.cp),
-        framework_violations=tuple(broken))
+        framework_violations=tuple(broken), moe=moe_summary(ctx, layout))
 
 
 def estimate_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

@@ -171,9 +171,14 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 
-def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage) -> StateBytes:
+def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage,
+                ep: int = 1, etp: int | None = None) -> StateBytes:
     """Weights, gradients, optimizer state per GPU under training.framework's recipe
-    (solver.cost.state), parameters split evenly over TP x PP."""
+    (solver.cost.state), parameters split evenly over TP x PP; a MoE model's routed experts
+    over EP x ETP x PP, sharded over the expert-DP group (solver.cost.moe_memory)."""
+    if ctx.model.moe is not None:
+        from solver.cost.moe_memory import moe_model_state
+        return moe_model_state(ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, ep=ep, etp=etp)
     return framework_state_bytes(ctx.training, ctx.params.total / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
 
 

@@ -19,11 +19,14 @@ Time terms (seconds; solver.cost.terms)                       depends on
   head_extra_s        LM head + loss (+ embedding if pp = 1) per mb       tp, cp, sp, mb, pp
   dp_exposed_s        exposed DP gradient/parameter sync per step         tp, cp, dp, pp, zero, m
   optimizer_s         optimizer step on the local shard                   tp, cp, dp, pp, zero
+  moe_layer_extra_s   a MoE layer beyond a dense one: (compute, comm)     tp, cp, sp, rc, mb, ep, etp, dp, pp
+                      (solver.cost.moe_comm; dp/optimizer also take ep, etp for MoE models)
 
 Composition (compose_step_time; Narayanan et al. 2021, Sec. 2.2: the pipeline runs
 m + (p-1)/v micro-batch slots of the slowest stage, bubble fraction (p-1)/(v m)):
   layer_s  = layer_compute_s + layer_tp_comm_s + layer_cp_comm_s
-  stage_s  = layers x layer_s + p2p_per_microbatch_s
+  stage_s  = layers x layer_s + p2p_per_microbatch_s (+ n_moe x (moe compute + comm), n_moe =
+             the busiest rank's MoE layers, moe_layer.busiest_moe_layers; 0 for a dense model)
   step_s   = (m + (pp - 1) / vpp) x stage_s + m x head_extra_s + dp_exposed_s + optimizer_s
 The LM-head stage is slower by head_extra_s per micro-batch; the steady state runs at the
 slowest stage's pace (m x head_extra_s) while warm-up and cool-down pass through the
@@ -52,6 +55,8 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from solver.cost import terms as T
+from solver.cost.moe_comm import moe_layer_extra_s
+from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask, moe_layers_per_rank
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.cost.step_memory import (  # re-exported: callers import them from here
     MemoryTerms as MemoryTerms,
@@ -82,6 +87,9 @@ class TimeTerms:
     dp_exposed_s: float
     optimizer_s: float
     embedding_s: float = 0.0  # token embedding per micro-batch (first stage; explicit splits only)
+    moe_compute_s: float = 0.0  # a MoE layer's compute beyond a dense layer's, one micro-batch
+    moe_comm_s: float = 0.0     # its all-to-all, expert-TP and TP change, exposed (solver.cost.moe_comm)
+    moe_mask: tuple[bool, ...] = ()  # per layer: MoE or not (model constant; () for a dense model)
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,9 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
     lo = layout
     per_layer: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "sp": lo.sequence_parallel, "recompute": lo.recompute,
                      "micro_batch": lo.micro_batch}
-    dp_args: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "dp": lo.dp, "pp": lo.pp, "zero": lo.zero_stage}
+    dp_args: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "dp": lo.dp, "pp": lo.pp, "zero": lo.zero_stage,
+                               "ep": lo.ep, "etp": lo.expert_tp}
+    moe_c, moe_x = moe_layer_extra_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp)
     return TimeTerms(
         layer_compute_s=T.layer_compute_s(ctx, **per_layer),
         layer_tp_comm_s=T.layer_tp_comm_s(ctx, **per_layer),
@@ -111,6 +121,7 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
         dp_exposed_s=T.dp_exposed_s(ctx, **dp_args, grad_accum=grad_accum),
         optimizer_s=T.optimizer_s(ctx, **dp_args),
         embedding_s=T.embedding_s(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
+        moe_compute_s=moe_c, moe_comm_s=moe_x, moe_mask=moe_layer_mask(ctx.model),
     )
 
 
@@ -121,8 +132,11 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
     slots under pp_bubble.
     """
     m = grad_accum
+    n_moe = busiest_moe_layers(terms.moe_mask, pp, vpp)
     stage = (layers * (terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s)
              + terms.p2p_per_microbatch_s)
+    if n_moe:  # MoE layers on the busiest rank add their extra time (dense: arithmetic unchanged)
+        stage += n_moe * (terms.moe_compute_s + terms.moe_comm_s)
     bubble_slots = (pp - 1) / vpp
     breakdown = {
         "compute": m * layers * terms.layer_compute_s,
@@ -134,6 +148,9 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
         "dp_exposed": terms.dp_exposed_s,
         "optimizer": terms.optimizer_s,
     }
+    if terms.moe_mask:
+        breakdown["compute"] += m * n_moe * terms.moe_compute_s
+        breakdown["moe_comm"] = m * n_moe * terms.moe_comm_s
     step = ((m + bubble_slots) * stage + m * terms.head_extra_s + terms.dp_exposed_s
             + terms.optimizer_s)
     return StepTime(step_time_s=step, stage_time_s=stage, breakdown_s=breakdown)
@@ -181,7 +198,10 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     m = grad_accum
     layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
     n, extra = rank_layers(split, pp), stage_extras_s(terms, pp)
-    times = [n_r * layer_s + terms.p2p_per_microbatch_s + e for n_r, e in zip(n, extra, strict=True)]
+    moe = moe_layers_per_rank(terms.moe_mask, split, pp) if terms.moe_mask else [0] * pp
+    moe_s = terms.moe_compute_s + terms.moe_comm_s
+    times = [n_r * layer_s + terms.p2p_per_microbatch_s + e + (k * moe_s if k else 0.0)
+             for n_r, e, k in zip(n, extra, moe, strict=True)]
     t_max = max(times)
     slow = times.index(t_max)
     fill = (sum(times) - t_max) / vpp
@@ -195,6 +215,9 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
         "dp_exposed": terms.dp_exposed_s,
         "optimizer": terms.optimizer_s,
     }
+    if terms.moe_mask:
+        breakdown["compute"] += m * moe[slow] * terms.moe_compute_s
+        breakdown["moe_comm"] = m * moe[slow] * terms.moe_comm_s
     step = m * t_max + fill + terms.dp_exposed_s + terms.optimizer_s
     return StepTime(step_time_s=step, stage_time_s=t_max, breakdown_s=breakdown)
 

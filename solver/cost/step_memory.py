@@ -9,10 +9,14 @@ solver.cost.step re-exports every name here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from solver.cost import memory as M
 from solver.cost.state import framework_state_bytes
+from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
+from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
 from solver.cost.terms import CostContext
+from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, ZeroStage
 
 
@@ -42,13 +46,26 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
     lo = layout
     if lo.pipeline_layers is not None:
         return split_memory_terms(ctx, lo, grad_accum)
-    state = M.model_state(ctx, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage)
+    state = M.model_state(ctx, tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage, ep=lo.ep, etp=lo.expert_tp)
+    act = M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
+                             micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum)
+    if ctx.model.moe is not None:
+        act += moe_activation_extra_bytes(ctx, lo, grad_accum)
     return MemoryTerms(
-        weights=state.weights, gradients=state.gradients, optimizer=state.optimizer,
-        activations=M.activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
-                                       recompute=lo.recompute, micro_batch=lo.micro_batch,
-                                       pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum),
+        weights=state.weights, gradients=state.gradients, optimizer=state.optimizer, activations=act,
         **buffer_terms(ctx, lo), framework_overhead=ctx.options.framework_overhead_bytes)
+
+
+def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:
+    """What the MoE layers of the first stage keep beyond dense layers (solver.cost.moe_memory):
+    the busiest rank's MoE layers x in-flight micro-batches x the per-layer extra, plus, under
+    full recompute, the extra of the one MoE layer being recomputed."""
+    lo = layout
+    kw: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "micro_batch": lo.micro_batch, "ep": lo.ep, "etp": lo.expert_tp}
+    n = busiest_moe_layers(moe_layer_mask(ctx.model), lo.pp, lo.vpp)
+    flight = M.in_flight_microbatches(lo.pp, lo.vpp, grad_accum)
+    out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=lo.recompute, **kw)
+    return out + (moe_full_layer_bytes(ctx, **kw) if lo.recompute == "full" else 0.0)
 
 
 def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:
@@ -64,6 +81,10 @@ def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) ->
     """Memory terms of the busiest rank of layout.pipeline_layers (stage by stage)."""
     lo = layout
     assert lo.pipeline_layers is not None  # callers route only explicit splits here
+    if ctx.model.moe is not None:
+        raise SpecError("layout.pipeline_layers: per-stage memory of an explicit pipeline split is not "
+                        "modelled for mixture-of-experts models yet (leave it unset: even stages)",
+                        [Problem("layout.pipeline_layers", "explicit splits of MoE models are not modelled")])
     profile = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                             micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
                             split=lo.pipeline_layers)

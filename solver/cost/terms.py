@@ -19,7 +19,7 @@ from solver.cost.communication import (
 )
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
 from solver.frameworks import FrameworkProfile, load_framework
-from solver.model_parts import refuse_unmodelled
+from solver.errors import Problem, SpecError
 from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
 from topology.spec import ClusterSpec
@@ -39,7 +39,7 @@ class CostContext:
     rank_order: str = DEFAULT_RANK_ORDER  # LayoutSpec.rank_order: the placement the links assume
 
     def __post_init__(self) -> None:
-        refuse_unmodelled(self.model, "the step-time model")
+        refuse_uncovered(self.model)
 
     @cached_property
     def framework(self) -> FrameworkProfile:
@@ -53,6 +53,22 @@ class CostContext:
     @property
     def seq_len(self) -> int:
         return self.training.seq_len
+
+
+def refuse_uncovered(model: ModelSpec) -> None:
+    """Refuse, naming the field, the model parts the step-time and memory model does not
+    cover: multi-head latent attention (model.mla) and multi-token-prediction modules
+    (model.mtp_layers). Mixture-of-experts layers are covered (solver.cost.moe_comm,
+    moe_layer, moe_memory). Raises: SpecError."""
+    problems = []
+    if model.mla is not None:
+        problems.append(Problem("model.mla", "the step-time model does not cover multi-head latent "
+                                             "attention yet; a standard-attention estimate would be wrong"))
+    if model.mtp_layers:
+        problems.append(Problem("model.mtp_layers", "the step-time model does not cover multi-token-"
+                                                    "prediction modules yet"))
+    if problems:
+        raise SpecError("; ".join(str(p) for p in problems), problems)
 
 
 def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp: int = 1) -> GroupLink:
@@ -251,7 +267,7 @@ def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTra
     if lk.size <= 1:
         return None
     rec = ctx.training.precision
-    local = ctx.params.total / (tp * pp)
+    local = _dense_params(ctx) / (tp * pp)
     bucket = dp_bucket_elements(ctx.options, dp)
     grads, gb = local * rec.grad_bytes, bucket * rec.grad_bytes
     weights, wb = local * rec.weight_bytes, bucket * rec.weight_bytes
@@ -259,6 +275,30 @@ def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTra
     rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
     ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
     return DpTraffic(ar, rs, ag, ar_last, rs_last, ag_last)
+
+
+def _dense_params(ctx: CostContext) -> int:
+    """Parameters the DP x CP group reduces: all of a dense model's; a MoE model's less its
+    routed experts, which the expert-DP group reduces (solver.cost.moe_comm.expert_traffic)."""
+    if ctx.model.moe is None:
+        return ctx.params.total
+    from solver.cost.moe_comm import dense_and_expert_params
+    return dense_and_expert_params(ctx)[0]
+
+
+def _with_experts(ctx: CostContext, t: DpTraffic | None, *, tp: int, cp: int, dp: int, pp: int,
+                  ep: int, etp: int | None) -> DpTraffic | None:
+    """The DP x CP group's traffic plus, for a MoE model, the expert-DP group's (run one
+    after the other under the same windows; the last bucket is the later of the two)."""
+    if ctx.model.moe is None:
+        return t
+    from solver.cost.moe_comm import expert_traffic
+    x = expert_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=tp if etp is None else etp)
+    if x is None or t is None:
+        return t or x
+    return DpTraffic(t.allreduce_s + x.allreduce_s, t.reduce_scatter_s + x.reduce_scatter_s,
+                     t.allgather_s + x.allgather_s, max(t.ar_bucket_s, x.ar_bucket_s),
+                     max(t.rs_bucket_s, x.rs_bucket_s), max(t.ag_bucket_s, x.ag_bucket_s))
 
 
 def micro_batch_windows_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int,
@@ -282,7 +322,7 @@ def _hidden(comm_s: float, last_s: float, window_s: float, overlap: float) -> fl
 
 
 def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: ZeroStage,
-                 grad_accum: int) -> float:
+                 grad_accum: int, ep: int = 1, etp: int | None = None) -> float:
     """Exposed DP time per step on one GPU, seconds.
 
     Each collective can hide under the compute that runs while it is in flight, times
@@ -299,8 +339,11 @@ def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: 
     Sec. 5.1-5.3): ZeRO-0 = AR, 1 = RS + AG (Megatron distributed optimizer), 2 = m RS + AG
     (sharded gradients cannot accumulate locally), 3 = m (RS + 2 AG) (parameters gathered
     for forward and again for backward); ZeRO-3 >= ZeRO-2 >= ZeRO-1 for any overlap.
+    A MoE model's routed-expert gradients go over the expert-DP group (ep, etp: the layout's;
+    etp None = tp) in the same windows (_with_experts).
     """
-    t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
+    t = _with_experts(ctx, dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp), tp=tp, cp=cp, dp=dp, pp=pp,
+                      ep=ep, etp=etp)
     if t is None:
         return 0.0
     fwd, bwd = micro_batch_windows_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, grad_accum=grad_accum)
@@ -316,16 +359,24 @@ def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: 
     return m * (gather + _hidden(t.allgather_s + t.reduce_scatter_s, t.rs_bucket_s, bwd, f))
 
 
-def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: ZeroStage) -> float:
+def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: ZeroStage,
+                ep: int = 1, etp: int | None = None) -> float:
     """Optimizer step over the local shard, memory-bound, seconds.
 
     Adam (Kingma & Ba 2015) reads the gradient twice (norm for clipping, update), reads
     and writes the optimizer state (moments, FP32 master if kept) and the working weights.
-    ZeRO >= 1 shards this over the DP x CP group (Rajbhandari et al. 2020, Sec. 5.1).
+    ZeRO >= 1 shards this over the DP x CP group (Rajbhandari et al. 2020, Sec. 5.1); a MoE
+    model's routed experts (1/(ep etp pp) per rank) over the expert-DP group (Megatron's
+    distributed optimizer shards expert-parallel buffers over intra_expt_dp_group,
+    megatron/core/distributed/distributed_data_parallel.py L285-286, d98e8a64).
     """
     rec = ctx.training.precision
-    local = ctx.params.total / (tp * pp)
-    shard = local / (dp * cp if zero >= 1 else 1)
+    dense = _dense_params(ctx)
+    shard = dense / (tp * pp) / (dp * cp if zero >= 1 else 1)
+    if ctx.model.moe is not None:
+        e_tp = tp if etp is None else etp
+        edp = tp * cp * dp // (ep * e_tp)
+        shard += (ctx.params.total - dense) / (ep * e_tp * pp) / (edp if zero >= 1 else 1)
     per_param = 2 * rec.grad_bytes + 2 * rec.optimizer_bytes_per_param + 2 * rec.weight_bytes
     return shard * per_param / (ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction)
 

@@ -25,6 +25,7 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost import terms as T
 from solver.cost.estimate import make_context
+from solver.model_parts import refuse_unmodelled
 from solver.cost.step import (
     MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
     dominant_stages, memory_aware_split, stage_layer_limits, stage_memory_terms, stage_profile, stage_state,
@@ -247,6 +248,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
             raise SolverTimeoutError("cost tables not built by the deadline")
         return True
 
+    # The cost model covers MoE layers (solver.cost.moe_comm); the search does not place EP yet.
+    refuse_unmodelled(lm.spec, "the layout search")
     ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
                           lm.options.rank_orders[0])
     t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None, with_time)

@@ -1,0 +1,161 @@
+"""Mixture-of-experts step-time terms: the expert groups' links, the token all-to-all, the
+MoE layer's extra time over a dense layer, and the expert gradient traffic.
+
+Unit legend: `_s` seconds; `_bytes` bytes; per-micro-batch terms are one micro-batch on one GPU.
+
+Expert groups (NVIDIA/Megatron-LM d98e8a64, megatron/core/parallel_state.py L871-895,
+initialize_model_parallel): the expert RankGenerator folds ETP x EP x expert-DP onto the same
+TP x CP x DP ranks of a pipeline stage with the decoder's order minus CP ("tp-cp-ep-dp-pp" ->
+tp (= ETP), ep, dp (= expert-DP), pp; "tp-cp-ep-pp-dp" under --use-tp-pp-dp-mapping): ETP
+fastest, then EP, then expert-DP. So an EP group is ep ranks at stride etp and an expert-DP
+group edp ranks at stride etp x ep: exactly the CP and DP groups of a layout with degrees
+(tp, cp, dp, pp) = (etp, ep, edp, pp) in the same rank order. expert_links asks
+topology.groups.group_links for those, so the EP all-to-all is routed over the cluster like
+every other group (inside one NVLink domain or across nodes).
+
+Overlap: Megatron runs the dispatch and combine all-to-all on the compute stream's critical
+path unless --overlap-moe-expert-parallel-comm (model_parallel_config.py L343, default False;
+"Overlap EP A2A communications with independent computations of different micro-batches in
+1f1b phase"), so they are charged in full; with training.moe_a2a_overlap they hide under the
+MoE layer's own compute time (another micro-batch's, of equal length), exposed only beyond it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from solver.cost import moe_layer as ML
+from solver.cost.communication import allgather_s, bucketed_s, reduce_scatter_s, allreduce_s
+from solver.cost.compute import ACT_BYTES
+from solver.cost.terms import CostContext, DpTraffic, dp_bucket_elements, layer_tp_comm_s
+from solver.specs import Recompute
+from topology.collectives import alltoall_time_s
+from topology.groups import GroupLink, group_links
+
+
+def expert_links(ctx: CostContext, *, etp: int, ep: int, edp: int, pp: int) -> dict[str, GroupLink]:
+    """Links of the expert groups: 'etp' (expert TP), 'ep' and 'edp' (expert-DP), every group
+    of a kind active at once (module docstring: the CP / DP groups of degrees (etp, ep, edp, pp))."""
+    links = group_links(ctx.cluster, etp, ep, edp, pp, order=ctx.rank_order)
+    return {"etp": links["tp"], "ep": links["cp"], "edp": links["dp"]}
+
+
+def routed_expert_params(ctx: CostContext) -> int:
+    """Parameters of every routed expert of every MoE layer (what EP x ETP split; the shared
+    experts, router and gates are replicated like the attention: ParameterCounts)."""
+    e = ctx.model.moe
+    if e is None:
+        return 0
+    from solver.cost.accounting import ffn_params
+    return ctx.params.moe_layers * e.experts * ffn_params(ctx.model, e.expert_ffn_hidden)
+
+
+def imbalance(ctx: CostContext) -> float:
+    """The busiest expert rank's load factor (moe_layer.load_imbalance)."""
+    return ML.load_imbalance(ctx.training)[0]
+
+
+def dispatch_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """Send buffer of one dispatch (or combine) all-to-all on one rank, bytes: its
+    t = micro_batch x seq / (cp tp) tokens x top-k copies x hidden x 2 (BF16). (ep - 1)/ep of
+    it leaves the rank (topology.collectives.alltoall_time_s)."""
+    e = ctx.model.moe
+    assert e is not None
+    return ACT_BYTES * micro_batch * ctx.seq_len / (cp * tp) * e.experts_per_token * ctx.model.hidden
+
+
+@dataclass(frozen=True)
+class MoELayerComm:
+    """Communication of one MoE layer for one micro-batch on one GPU, seconds."""
+
+    a2a_one_s: float      # one dispatch or combine all-to-all
+    a2a_count: int        # all-to-alls per micro-batch: 2 forward + 2 backward (+ 2 recomputed)
+    etp_s: float          # expert-TP all-gather / reduce-scatter of the dispatched tokens
+    tp_delta_s: float     # TP collectives a MoE layer drops (no shared experts) or keeps (<= 0)
+
+    @property
+    def a2a_s(self) -> float:
+        return self.a2a_count * self.a2a_one_s
+
+
+@lru_cache(maxsize=65536)
+def moe_layer_comm(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
+                   ep: int, etp: int, dp: int, pp: int) -> MoELayerComm:
+    """Token dispatch/combine all-to-all over the EP group (4 per layer per micro-batch:
+    dispatch and combine forward, their gradients backward; full recompute repeats the two
+    forward ones), the expert-TP gather/scatter around the expert GEMMs (same count, exposed:
+    token_dispatcher.py dispatch_postprocess / combine_preprocess), and the TP collectives of
+    the dense FFN that a MoE layer without shared experts does not run (about half of the
+    layer's TP time: its FFN all-gather + reduce-scatter pair of the two; shared experts are a
+    TP-split MLP with the same pair, so with them nothing changes)."""
+    edp = tp * cp * dp // (ep * etp)
+    lk = expert_links(ctx, etp=etp, ep=ep, edp=edp, pp=pp)
+    msg = dispatch_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)
+    a2a = alltoall_time_s(msg, lk["ep"]) if ep > 1 else 0.0
+    count = 4 + (2 if recompute == "full" else 0)
+    gathered = msg * etp  # rows after the expert-TP all-gather, full buffer
+    etp_s = (allgather_s(gathered, lk["etp"]) + reduce_scatter_s(gathered, lk["etp"])) if etp > 1 else 0.0
+    drop = 0.0
+    assert ctx.model.moe is not None
+    if ctx.model.moe.shared_experts == 0:
+        drop = -0.5 * layer_tp_comm_s(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
+    return MoELayerComm(a2a, count, etp_s * count / 2, drop)
+
+
+@lru_cache(maxsize=65536)
+def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
+                      ep: int, etp: int, dp: int, pp: int) -> tuple[float, float]:
+    """(compute, communication) seconds a MoE layer takes beyond a dense layer of the same
+    model, one micro-batch on one GPU; (0, 0) for a dense model.
+
+    Compute: the MoE block (moe_layer.moe_block_times) less the dense FFN it replaces
+    (moe_layer.dense_ffn_times), forward + backward, plus its forward again under full
+    recompute (selective recompute repeats the attention core only). Communication: the
+    all-to-alls (exposed in full, or beyond the layer's compute with training.moe_a2a_overlap),
+    the expert-TP collectives and the TP change (moe_layer_comm).
+    """
+    if ctx.model.moe is None:
+        return 0.0, 0.0
+    gpu, o = ctx.cluster.gpu, ctx.options
+    blk = ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), gpu, o, tp=tp, cp=cp,
+                             micro_batch=micro_batch, ep=ep, etp=etp)
+    dense_f, dense_b = ML.dense_ffn_times(ctx.model, ctx.seq_len, gpu, o, tp=tp, cp=cp, micro_batch=micro_batch)
+    fwd = blk.forward_s - dense_f
+    compute = fwd + blk.backward_s - dense_b + (fwd if recompute == "full" else 0.0)
+    c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                       ep=ep, etp=etp, dp=dp, pp=pp)
+    a2a = c.a2a_s
+    if ctx.training.moe_a2a_overlap:
+        a2a = max(0.0, a2a - (blk.forward_s + blk.backward_s))
+    return compute, a2a + c.etp_s + c.tp_delta_s
+
+
+def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:
+    """(parameters outside the routed experts, routed-expert parameters) of the whole model."""
+    routed = routed_expert_params(ctx)
+    return ctx.params.total - routed, routed
+
+
+def expert_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> DpTraffic | None:
+    """Bucketed collectives of the routed-expert gradients and weights over the expert-DP
+    group (edp = tp cp dp / (ep etp) ranks; Megatron DDP reduces the expert-parallel buffers
+    over intra_expt_dp_group: megatron/core/distributed/distributed_data_parallel.py L285-286);
+    None with edp = 1. Local parameters: routed experts / (ep x etp x pp)."""
+    edp = tp * cp * dp // (ep * etp)
+    lk = expert_links(ctx, etp=etp, ep=ep, edp=edp, pp=pp)["edp"]
+    if lk.size <= 1:
+        return None
+    rec = ctx.training.precision
+    local = routed_expert_params(ctx) / (ep * etp * pp)
+    bucket = dp_bucket_elements(ctx.options, edp)
+    grads, gb = local * rec.grad_bytes, bucket * rec.grad_bytes
+    weights, wb = local * rec.weight_bytes, bucket * rec.weight_bytes
+    ar, ar_last = bucketed_s(grads, gb, lk, allreduce_s)
+    rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
+    ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
+    return DpTraffic(ar, rs, ag, ar_last, rs_last, ag_last)
+
+
+def expert_dp_ranks(*, tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
+    """Expert data-parallel degree: tp cp dp / (ep etp) (Megatron parallel_state.py L880)."""
+    return tp * cp * dp // (ep * etp)

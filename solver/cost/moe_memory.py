@@ -1,0 +1,74 @@
+"""Per-GPU memory of a mixture-of-experts model: expert state and MoE-layer activations.
+
+Unit legend: `_bytes` bytes; t = tokens a rank routes (micro_batch x seq / (cp tp)); R = rows
+the rank's local experts hold (busy rows per expert x E / ep); F' = expert width / etp;
+s b = micro_batch x seq / cp; g = 2 for a gated FFN (two fc1 outputs), 1 otherwise.
+
+Model state (NVIDIA/Megatron-LM d98e8a64): routed-expert weights are split over EP x ETP
+(x PP: each stage holds its layers' experts; experts.py TEGroupedMLP builds E / ep local
+experts of width F / etp) and their gradients and optimizer state are sharded by the
+distributed optimizer over the expert-DP group (DistributedDataParallel puts expert-parallel
+parameters, `allreduce = False`, in their own buffers reduced over intra_expt_dp_group:
+megatron/core/distributed/distributed_data_parallel.py L191, L285-286, L711-714; the optimizer
+groups them apart, megatron/core/optimizer/__init__.py L350-356). Everything else (attention,
+norms, router, shared experts, embedding, LM head) is split over TP x PP and sharded over
+DP x CP as for a dense model. Both parts use the framework's recipe (solver.cost.state).
+
+Activations of one MoE layer beyond a dense layer's (Korthikanti et al. 2022 accounting,
+2 bytes per BF16 value; Megatron-Core moe_layer.py / token_dispatcher.py / experts.py):
+  + router logits and probabilities, FP32: 8 t E
+  + the dispatched tokens the experts' fc1 keeps for its weight gradient: 2 R D
+  + fc1 outputs and the activation output kept for fc2: 2 R F' (g + 1)
+  + the routing probabilities applied per row: 4 R
+  + shared experts (a TP-split MLP of width S_n F_s / tp): 2 s b (S_n F_s / tp)(g + 1)
+  - the dense FFN's activation inputs and output it replaces: 2 s b (F / tp)(g + 1)
+The MLP input (the norm output) is common to both and already counted. R uses the busiest
+rank's rows (the load-imbalance factor, solver.cost.moe_layer.load_imbalance). Full
+recompute keeps only each layer's input (the same for both kinds).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from solver.cost import moe_layer as ML
+from solver.cost.accounting import StateBytes
+from solver.cost.compute import ACT_BYTES
+from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
+from solver.cost.state import framework_state_bytes
+from solver.cost.terms import CostContext
+from solver.specs import Recompute, ZeroStage
+
+
+def moe_model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage,
+                    ep: int = 1, etp: int | None = None) -> StateBytes:
+    """Weights, gradients and optimizer state per GPU of a MoE model (module docstring)."""
+    e_tp = tp if etp is None else etp
+    dense, routed = dense_and_expert_params(ctx)
+    edp = expert_dp_ranks(tp=tp, cp=cp, dp=dp, ep=ep, etp=e_tp)
+    d = framework_state_bytes(ctx.training, dense / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
+    x = framework_state_bytes(ctx.training, routed / (ep * e_tp * pp), pp=pp, dp=edp, cp=1, zero=zero)
+    return StateBytes(d.weights + x.weights, d.gradients + x.gradients, d.optimizer + x.optimizer)
+
+
+@lru_cache(maxsize=65536)
+def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute,
+                                     micro_batch: int, ep: int, etp: int) -> float:
+    """Bytes one MoE layer keeps beyond a dense layer for one micro-batch (module docstring);
+    0 for a dense model or under full recompute."""
+    m, e = ctx.model, ctx.model.moe
+    if e is None or recompute == "full":
+        return 0.0
+    sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    g1 = 3 if m.ffn_gated else 2
+    s_b = ctx.seq_len / cp * micro_batch
+    rows = sh.busy_rows * sh.local_experts
+    moe = (2 * ML.ROUTER_LOGIT_BYTES * sh.tokens * e.experts + ACT_BYTES * rows * m.hidden
+           + ACT_BYTES * rows * sh.width * g1 + 4 * rows + ACT_BYTES * s_b * sh.shared_width * g1)
+    dense = ACT_BYTES * s_b * (m.ffn_hidden / tp) * g1
+    return moe - dense
+
+
+def moe_full_layer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> float:
+    """Under full recompute, what the one layer being recomputed holds beyond a dense one."""
+    return moe_layer_activation_extra_bytes(ctx, tp=tp, cp=cp, recompute="none", micro_batch=micro_batch,
+                                            ep=ep, etp=etp)
