@@ -50,6 +50,57 @@ def shard_ok(fw: FrameworkProfile, tp: int, pp: int, cp: int, zero: int) -> bool
     return not (zero == 3 and tp > 1 and not caps.zero3_with_tp.value)
 
 
+def expert_ok(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, sp: bool, ep: int, etp: int) -> bool:
+    """The expert degrees at these dense degrees: EP only where the framework has it (and with
+    PP / CP where it composes), SP where EP with TP requires it, and the framework's ETP rule."""
+    return not _expert_problems(fw, tp=tp, pp=pp, cp=cp, sp=sp, ep=ep, etp=etp)
+
+
+def expert_shard_ok(fw: FrameworkProfile, *, tp: int, cp: int, dp: int, zero: int, ep: int, etp: int) -> bool:
+    """A MoE model at this ZeRO stage: a stage the framework runs with experts, and EP x ETP
+    divides the ranks the framework folds the expert group onto (expert_region_ranks)."""
+    return zero in fw.capabilities.experts.moe_zero_stages.value and \
+        expert_region_ranks(fw, tp=tp, cp=cp, dp=dp, zero=zero) % (ep * etp) == 0
+
+
+def expert_region_ranks(fw: FrameworkProfile, *, tp: int, cp: int, dp: int, zero: int) -> int:
+    """Ranks of one pipeline stage that EP x ETP folds onto (ExpertCapabilities.expert_ranks)."""
+    region = fw.capabilities.experts.expert_ranks.value
+    if region == "tp_cp_dp":
+        return tp * cp * dp
+    if region == "tp_cp_dp_shard":  # DDP replicas (ZeRO-0) are dp_replicate, outside EP
+        return tp * cp * (dp if zero > 0 else 1)
+    return dp
+
+
+def expert_tp_allowed(fw: FrameworkProfile, tp: int, ep: int, etp: int) -> bool:
+    """The framework's expert-TP rule (ExpertCapabilities.expert_tensor_parallel)."""
+    rule = fw.capabilities.experts.expert_tensor_parallel.value
+    if rule == "one_with_ep":
+        return etp == (1 if ep > 1 else tp)
+    return rule == "any" or etp == tp
+
+
+def _expert_problems(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, sp: bool, ep: int,
+                     etp: int) -> list[tuple[str, str, object]]:
+    """(rule, reason, cited fact) of every expert rule these degrees break."""
+    ex = fw.capabilities.experts
+    out: list[tuple[str, str, object]] = []
+    if ep > 1 and not ex.expert_parallel.value:
+        out.append(("expert_parallel", f"no expert parallelism (ep {ep})", ex.expert_parallel))
+    if ep > 1 and pp > 1 and not ex.expert_with_pp.value:
+        out.append(("expert_with_pp", f"ep {ep} cannot combine with pp {pp}", ex.expert_with_pp))
+    if ep > 1 and cp > 1 and not ex.expert_with_cp.value:
+        out.append(("expert_with_cp", f"ep {ep} cannot combine with cp {cp}", ex.expert_with_cp))
+    if ep > 1 and tp > 1 and not sp and ex.ep_tp_needs_sp.value:
+        out.append(("ep_tp_needs_sp", f"ep {ep} with tp {tp} needs sequence parallelism", ex.ep_tp_needs_sp))
+    if not expert_tp_allowed(fw, tp, ep, etp):
+        rule = ex.expert_tensor_parallel.value
+        out.append(("expert_tensor_parallel", f"expert TP {etp} breaks the '{rule}' rule at tp {tp}, ep {ep}",
+                    ex.expert_tensor_parallel))
+    return out
+
+
 @dataclass(frozen=True)
 class Violation:
     """One capability rule a layout breaks."""
@@ -64,8 +115,10 @@ class Violation:
 
 
 def violations(fw: FrameworkProfile, *, kernel: str, tp: int, pp: int, cp: int, vpp: int, sp: bool,
-               zero: int, accum: int) -> list[Violation]:
-    """Every capability rule of `fw` the layout breaks (empty: the framework runs it)."""
+               zero: int, accum: int, moe: bool = False, dp: int = 1, ep: int = 1,
+               etp: int | None = None) -> list[Violation]:
+    """Every capability rule of `fw` the layout breaks (empty: the framework runs it).
+    moe: the model has expert layers (then dp, ep and etp, None = tp, are checked too)."""
     caps, name, out = fw.capabilities, fw.name, []
 
     def add(rule: str, reason: str, fact) -> None:
@@ -88,7 +141,24 @@ def violations(fw: FrameworkProfile, *, kernel: str, tp: int, pp: int, cp: int, 
         add("interleave_microbatches", f"{accum} micro-batches do not meet the "
             f"{caps.interleave_microbatches.value} rule at pp {pp}", caps.interleave_microbatches)
     _shard_violations(fw, tp, pp, cp, zero, add)
+    if moe:
+        _expert_violations(fw, tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=zero, ep=ep,
+                           etp=tp if etp is None else etp, add=add)
     return out
+
+
+def _expert_violations(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, dp: int, sp: bool, zero: int,
+                       ep: int, etp: int, add) -> None:
+    ex = fw.capabilities.experts
+    for rule, reason, fact in _expert_problems(fw, tp=tp, pp=pp, cp=cp, sp=sp, ep=ep, etp=etp):
+        add(rule, reason, fact)
+    if zero not in ex.moe_zero_stages.value:
+        add("moe_zero_stages", f"ZeRO-{zero} is not offered with expert layers "
+            f"(stages {list(ex.moe_zero_stages.value)})", ex.moe_zero_stages)
+    ranks = expert_region_ranks(fw, tp=tp, cp=cp, dp=dp, zero=zero)
+    if ranks % (ep * etp):
+        add("expert_ranks", f"ep x etp ({ep} x {etp}) must divide the {ex.expert_ranks.value} ranks "
+            f"({ranks})", ex.expert_ranks)
 
 
 def _shard_violations(fw: FrameworkProfile, tp: int, pp: int, cp: int, zero: int, add) -> None:

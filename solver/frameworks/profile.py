@@ -73,6 +73,31 @@ class CitedSelectivePolicy(_Cited):
     value: SelectivePolicy
 
 
+class CitedExpertRanks(_Cited):
+    # The ranks of one pipeline stage EP x ETP folds onto: all TP x CP x DP ranks (Megatron),
+    # TP x CP x the FSDP-sharded DP ranks (torchtitan: dp_replicate is outside), or DP alone
+    # (DeepSpeed: the expert group lives inside the data-parallel group).
+    value: Literal["tp_cp_dp", "tp_cp_dp_shard", "dp"]
+
+
+class CitedExpertTp(_Cited):
+    # Expert tensor parallelism: any degree (Megatron --expert-tensor-parallel-size), 1 with
+    # EP and TP's degree without (torchtitan), or always TP's degree (DeepSpeed).
+    value: Literal["any", "one_with_ep", "equals_tp"]
+
+
+class ExpertCapabilities(StrictModel):
+    """What mixture-of-experts layouts the framework runs (the search's expert rules)."""
+
+    expert_parallel: CitedBool          # experts split over EP > 1 ranks at all
+    expert_ranks: CitedExpertRanks      # the ranks EP x ETP must divide
+    expert_tensor_parallel: CitedExpertTp
+    expert_with_pp: CitedBool           # EP > 1 together with PP > 1
+    expert_with_cp: CitedBool           # EP > 1 together with CP > 1
+    ep_tp_needs_sp: CitedBool           # EP > 1 with TP > 1 requires sequence parallelism
+    moe_zero_stages: CitedStages        # ZeRO stages allowed for a MoE model (any EP)
+
+
 class Capabilities(StrictModel):
     """What layouts the framework can run (the search's framework rules)."""
 
@@ -87,6 +112,7 @@ class Capabilities(StrictModel):
     interleave_min_pp: CitedInt         # smallest PP an interleaved schedule runs at
     interleave_microbatches: CitedMicrobatchRule
     uneven_pipeline: CitedBool
+    experts: ExpertCapabilities
 
 
 class StateRecipe(StrictModel):

@@ -2,11 +2,12 @@
 
 `LayoutModel` computes the structurally valid combinations (solver.search.rules) as
 rows: degree rows (tp, pp, cp, dp), batch rows (dp, micro_batch, accum) and pipeline
-rows (tp, pp, cp, dp, vpp, micro_batch, sp, recompute), which the cost tables are built
-on (solver.search.model). With `explain=True` it also builds one integer variable per
-layout field (recompute coded none=0, selective=1, full=2; sequence_parallel 0/1) and
-each rule family as allowed-tuple tables over only the fields it reads, each enforced by
-its own assumption literal, so an infeasible core names the families that clash
+rows (tp, pp, cp, dp, vpp, micro_batch, sp, recompute, ep, etp), which the cost tables are
+built on (solver.search.model); a dense model's rows carry ep 1 and etp rules.DENSE_ETP.
+With `explain=True` it also builds one integer variable per layout field (recompute coded
+none=0, selective=1, full=2; sequence_parallel 0/1; etp DENSE_ETP for unset) and each
+rule family as allowed-tuple tables over only the fields it reads, each enforced by its own
+assumption literal, so an infeasible core names the families that clash
 (google/or-tools sat/docs/troubleshooting.md, "assumptions").
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from solver.search.space import Domains, domains
 from solver.specs import LayoutSpec, ModelSpec, Recompute, TrainingSpec
 from topology.spec import ClusterSpec
 
-FIELDS = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "recompute", "sequence_parallel")
+FIELDS = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
+          "ep", "etp")
 RECOMPUTE_CODES: dict[Recompute, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: dict[int, Recompute] = {v: k for k, v in RECOMPUTE_CODES.items()}
 
@@ -41,7 +43,8 @@ class LayoutModel:
         self.explain = explain
         self.var: dict[str, cp_model.IntVar] = {}
         self.values: dict[str, tuple[int, ...]] = {}
-        self._zero: dict[tuple[int, int, int], tuple[int, ...]] = {}
+        self._zero: dict[tuple, tuple[int, ...]] = {}
+        self._experts: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
         self._fields()
         self._tensor()
         self._pipeline()
@@ -49,6 +52,7 @@ class LayoutModel:
         self._gpus()
         self._batch()
         self._framework()
+        self._expert()
 
     # --- variables -------------------------------------------------------------------
     def _new(self, name: str, values: Iterable[int]) -> cp_model.IntVar:
@@ -62,7 +66,7 @@ class LayoutModel:
 
     def _fields(self) -> None:
         d = self.dom
-        for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage"):
+        for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "zero_stage", "ep", "etp"):
             self._new(name, getattr(d, name))
         self._new("recompute", [RECOMPUTE_CODES[r] for r in d.recompute])
         self._new("sequence_parallel", [int(s) for s in d.sequence_parallel])
@@ -121,6 +125,7 @@ class LayoutModel:
                 for d in self.values["dp"] for m in self.values["micro_batch"]
                 if rules.batch_ok(self.training, self.options, d, m)]
         self._batch_rows = rows
+        self._batch_map = {(d, m): a for d, m, a in rows}
         self._new("accum", [r[-1] for r in rows] or [1])
         self._allowed("batch", ("dp", "micro_batch", "accum"), rows)
         inter = [(p, v, a) for p in self.values["pp"] for v in self.values["vpp"]
@@ -134,12 +139,41 @@ class LayoutModel:
             if rules.framework_shard_ok(self.training, t, p, c, z)]
         self._allowed("framework", ("tp", "pp", "cp", "zero_stage"), rows)
 
-    def zero_stages(self, tp: int, pp: int, cp: int) -> tuple[int, ...]:
+    def _expert(self) -> None:
+        """EP divides the experts, EP x ETP the stage's TP x CP x DP ranks, ETP the expert
+        width (rules.expert_ok); the framework's expert rules (MoE models only: a dense model's
+        ep and etp have one value each)."""
+        if self.spec.moe is None or not self.explain:
+            return
+        v = self.values
+        rows = [(t, c, d, e, x) for t, c, d, e, x in itertools.product(v["tp"], v["cp"], v["dp"], v["ep"], v["etp"])
+                if rules.expert_ok(self.spec, self.cluster, self.options, t, c, d, e, x)]
+        self._allowed("experts", ("tp", "cp", "dp", "ep", "etp"), rows)
+        fw = [(t, p, c, s, e, x) for t, p, c, s, e, x in itertools.product(
+            v["tp"], v["pp"], v["cp"], v["sequence_parallel"], v["ep"], v["etp"])
+            if rules.framework_expert_ok(self.training, t, p, c, bool(s), e, x)]
+        self._allowed("framework", ("tp", "pp", "cp", "sequence_parallel", "ep", "etp"), fw)
+        shard = [(t, c, d, z, e, x) for t, c, d, z, e, x in itertools.product(
+            v["tp"], v["cp"], v["dp"], v["zero_stage"], v["ep"], v["etp"])
+            if rules.framework_expert_shard_ok(self.training, t, c, d, z, e, x)]
+        self._allowed("framework", ("tp", "cp", "dp", "zero_stage", "ep", "etp"), shard)
+
+    def expert_pairs(self, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+        """(ep, etp) pairs the structural expert rule admits at these degrees (memoized)."""
+        key = (tp, cp, dp)
+        if key not in self._experts:
+            self._experts[key] = [(e, x) for e in self.values["ep"] for x in self.values["etp"]
+                                  if rules.expert_ok(self.spec, self.cluster, self.options, tp, cp, dp, e, x)]
+        return self._experts[key]
+
+    def zero_stages(self, tp: int, pp: int, cp: int, dp: int = 1, ep: int = 1,
+                    etp: int = rules.DENSE_ETP) -> tuple[int, ...]:
         """The searched ZeRO stages the framework runs with these degrees (shard rows; memoized)."""
-        key = (tp, pp, cp)
+        key = (tp, pp, cp, dp, ep, etp) if etp != rules.DENSE_ETP else (tp, pp, cp)
         if key not in self._zero:
             self._zero[key] = tuple(z for z in self.values["zero_stage"]
-                                    if rules.framework_shard_ok(self.training, tp, pp, cp, z))
+                                    if rules.framework_shard_ok(self.training, tp, pp, cp, z)
+                                    and rules.framework_expert_shard_ok(self.training, tp, cp, dp, z, ep, etp))
         return self._zero[key]
 
     def degree_rows(self) -> list[tuple[int, int, int, int]]:
@@ -147,28 +181,34 @@ class LayoutModel:
         return [r[:4] for r in self._gpu_rows]
 
     def pipeline_rows(self) -> Iterable[tuple]:
-        """Valid (tp, pp, cp, dp, vpp, micro_batch, sequence_parallel, recompute) combinations.
+        """Valid (tp, pp, cp, dp, vpp, micro_batch, sequence_parallel, recompute, ep, etp)
+        combinations.
 
         Every structural rule is applied, so each row extends to a layout with each ZeRO stage
-        of zero_stages(tp, pp, cp) (degrees with none are left out).
+        of zero_stages(tp, pp, cp, dp, ep, etp) (degrees with none are left out).
         """
-        batch = {(d, m): a for d, m, a in self._batch_rows}
         for tp, pp, cp, dp in self.degree_rows():
-            if not self.zero_stages(tp, pp, cp):
+            for ep, etp in self.expert_pairs(tp, cp, dp):
+                if self.zero_stages(tp, pp, cp, dp, ep, etp):
+                    yield from self._rows(tp, pp, cp, dp, ep, etp)
+
+    def _rows(self, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int) -> Iterable[tuple]:
+        """The pipeline rows of one set of degrees."""
+        batch = self._batch_map
+        for vpp in self.values["vpp"]:
+            if not (rules.pipeline_ok(self.spec, self.options, pp, vpp)
+                    and rules.framework_pipeline_ok(self.training, pp, vpp)):
                 continue
-            for vpp in self.values["vpp"]:
-                if not (rules.pipeline_ok(self.spec, self.options, pp, vpp)
-                        and rules.framework_pipeline_ok(self.training, pp, vpp)):
+            for mb in self.values["micro_batch"]:
+                accum = batch.get((dp, mb))
+                if accum is None or not rules.interleave_batch_ok(pp, vpp, accum, self.training):
                     continue
-                for mb in self.values["micro_batch"]:
-                    accum = batch.get((dp, mb))
-                    if accum is None or not rules.interleave_batch_ok(pp, vpp, accum, self.training):
-                        continue
-                    for sp in self.values["sequence_parallel"]:
-                        if rules.sequence_parallel_ok(tp, bool(sp)) and \
-                                rules.framework_tensor_ok(self.training, tp, bool(sp)):
-                            for rc in self.values["recompute"]:
-                                yield (tp, pp, cp, dp, vpp, mb, sp, rc)
+                for sp in self.values["sequence_parallel"]:
+                    if rules.sequence_parallel_ok(tp, bool(sp)) and \
+                            rules.framework_tensor_ok(self.training, tp, bool(sp)) and \
+                            rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp):
+                        for rc in self.values["recompute"]:
+                            yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
 
     def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
         """The LayoutSpec of one solution's field values."""
@@ -182,6 +222,8 @@ def decode(values: dict[str, int]) -> dict:
         out["recompute"] = RECOMPUTE_NAMES[out["recompute"]]
     if "sequence_parallel" in out:
         out["sequence_parallel"] = bool(out["sequence_parallel"])
+    if out.get("etp") == rules.DENSE_ETP:
+        out["etp"] = None
     return out
 
 

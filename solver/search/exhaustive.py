@@ -31,7 +31,8 @@ class Evaluated:
 def layout_key(layout: LayoutSpec) -> tuple:
     """A total order on layouts used to break exact ties deterministically."""
     return (layout.tp, layout.pp, layout.dp, layout.cp, layout.vpp, layout.sequence_parallel,
-            layout.zero_stage, layout.micro_batch, layout.recompute, layout.rank_order)
+            layout.zero_stage, layout.micro_batch, layout.recompute, layout.rank_order,
+            layout.ep, layout.expert_tp)
 
 
 def with_search_split(ctx: Any, options: SearchOptions, layout: LayoutSpec) -> LayoutSpec:

@@ -1,12 +1,13 @@
 """The CP-SAT search model: pick one pipeline row and one shard row that agree and fit.
 
 The cost terms (solver.search.terms) come as two tables over the structurally valid rows:
-- pipeline rows, key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute): the pipeline part
-  of the step time (integer time units) and the activation bytes;
-- shard rows, key (tp, pp, cp, dp, sp, zero_stage, micro_batch): the data-parallel and
-  optimizer part of the step time and the other memory terms.
+- pipeline rows, key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute, ep, etp): the
+  pipeline part of the step time (integer time units) and the activation bytes;
+- shard rows, key (tp, pp, cp, dp, sp, zero_stage, micro_batch, ep, etp): the data-parallel
+  and optimizer part of the step time and the other memory terms.
+(ep, etp: the expert degrees of a MoE model; 1 and rules.DENSE_ETP for a dense one.)
 A layout is one row of each. The model has one Boolean per row, exactly one per table,
-and for every group (tp, pp, cp, dp, sp, micro_batch) the number of chosen rows in both
+and for every group (tp, pp, cp, dp, sp, micro_batch, ep, etp) the number of chosen rows in both
 tables is equal (marginal consistency: a tight LP link). Memory: a shard row may only be
 chosen with a pipeline row of its group whose summed memory (the cost model's own
 composition and limit) fits: y_s <= sum of the compatible x_r. The objective is linear
@@ -24,21 +25,24 @@ from ortools.sat.python import cp_model
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.objective import WallFactor, run_steps
 from solver.search.options import SearchOptions
+from solver.search.rules import DENSE_ETP
 from solver.search.scaling import TIME_UNIT_S, time_int
 from solver.specs import LayoutSpec, TrainingSpec
 
-PIPE_KEY = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute")
-SHARD_KEY = ("tp", "pp", "cp", "dp", "sequence_parallel", "zero_stage", "micro_batch")
+PIPE_KEY = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp")
+SHARD_KEY = ("tp", "pp", "cp", "dp", "sequence_parallel", "zero_stage", "micro_batch", "ep", "etp")
 
 
 def pipe_group(key: tuple) -> tuple:
-    tp, pp, cp, dp, _vpp, mb, sp, _rc = key
-    return (tp, pp, cp, dp, sp, mb)
+    """(tp, pp, cp, dp, sp, micro_batch, ep, etp) of a pipeline row."""
+    tp, pp, cp, dp, _vpp, mb, sp, _rc, ep, etp = key
+    return (tp, pp, cp, dp, sp, mb, ep, etp)
 
 
 def shard_group(key: tuple) -> tuple:
-    tp, pp, cp, dp, sp, _zero, mb = key
-    return (tp, pp, cp, dp, sp, mb)
+    """(tp, pp, cp, dp, sp, micro_batch, ep, etp) of a shard row."""
+    tp, pp, cp, dp, sp, _zero, mb, ep, etp = key
+    return (tp, pp, cp, dp, sp, mb, ep, etp)
 
 
 @dataclass
@@ -102,9 +106,10 @@ class TermRows:
 
 def layout_of(pipe_key: tuple, shard_key: tuple) -> LayoutSpec:
     """The LayoutSpec of a (pipeline row, shard row) pair."""
-    tp, pp, cp, dp, vpp, mb, sp, rc = pipe_key
+    tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp = pipe_key
     return LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=bool(sp),
-                      zero_stage=shard_key[5], micro_batch=mb, recompute=RECOMPUTE_NAMES[rc])
+                      zero_stage=shard_key[5], micro_batch=mb, recompute=RECOMPUTE_NAMES[rc],
+                      ep=ep, etp=None if etp == DENSE_ETP else etp)
 
 
 @dataclass(frozen=True)

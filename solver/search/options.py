@@ -75,6 +75,10 @@ class SearchOptions(StrictModel):
                     "count the pipeline rule admits (pp x vpp chunks of >= 1 layer that divide the "
                     "layers); NVIDIA's GPT-3 175B and Nemotron-4 340B recipes use 12.")
     max_cp: int = Field(default=16, ge=1, le=1024, description="Largest context-parallel degree.")
+    max_ep: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="Largest expert-parallel degree (MoE models). Default (null): every divisor of "
+                    "the routed experts that fits the GPUs.")
 
     @model_validator(mode="after")
     def _check(self) -> SearchOptions:

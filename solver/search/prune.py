@@ -1,6 +1,7 @@
 """Exact pruning of whole row groups before the cost tables are built (bound and incumbent).
 
-A group is (tp, pp, cp, dp, sp, micro_batch); its rows vary vpp, recompute and ZeRO stage.
+A group is (tp, pp, cp, dp, sp, micro_batch, ep, etp); its rows vary vpp, recompute and ZeRO
+stage.
 Every layout of a group has a step time of at least (solver.cost.step.compose_step_time,
 all terms >= 0, layers_on_rank(L, pp, vpp) = ceil(L / (pp vpp)) vpp >= L / pp)
 
@@ -62,7 +63,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     factor = wall_factor_of(lm.spec, lm.cluster, training) if options.objective == "min_cost" else None
 
     def objective(g: tuple, step_s: float) -> float:
-        tp, pp, cp, dp, _sp, mb = g
+        tp, pp, cp, dp, _sp, mb, _ep, _etp = g
         # what objective_units and wall_factor_of read
         shape = SimpleNamespace(gpus=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb)
         return objective_units(options, training, shape, step_s, factor(shape) if factor else 1.0)
@@ -116,10 +117,10 @@ def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], boun
 
 
 def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
-    tp, pp, cp, dp, sp, mb = g
+    tp, pp, cp, dp, sp, mb, ep, etp = g
     m, spb = accum(dp, mb), bool(sp)
     v_max = max(r[4] for r in rows)
-    layer_s = min(sum(t.layer(tp, cp, spb, RECOMPUTE_NAMES[rc], mb)) for rc in {r[7] for r in rows})
+    layer_s = min(sum(t.layer(tp, cp, spb, RECOMPUTE_NAMES[rc], mb, ep, etp)) for rc in {r[7] for r in rows})
     head = t.head(tp, cp, spb, mb, pp)
     if lm.options.split_stages:  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
         return (lm.spec.layers * layer_s + head) / pp * (m + (pp - 1) / v_max)
@@ -129,10 +130,11 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
 def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[tuple[tuple, float]]:
     """(pipeline key, step time s) of every fitting layout of the group (pipeline part +
     DP/optimizer part)."""
-    tp, pp, cp, dp, sp, mb = g
+    tp, pp, cp, dp, sp, mb, ep, etp = g
     m = accum(dp, mb)
     out: list[tuple[tuple, float]] = []
-    shards = [((tp, pp, cp, dp, sp, z, mb), t.dp_opt(tp, cp, dp, pp, z, m)) for z in lm.zero_stages(tp, pp, cp)]
+    shards = [((tp, pp, cp, dp, sp, z, mb, ep, etp), t.dp_opt(tp, cp, dp, pp, z, m, ep, etp))
+              for z in lm.zero_stages(tp, pp, cp, dp, ep, etp)]
 
     def values(key: tuple) -> None:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]

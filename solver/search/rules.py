@@ -15,6 +15,11 @@ evaluator (which filters full layouts) apply the same rules. Sources:
 - gpus: tp x pp x dp x cp is the number of GPUs used.
 - batch: global batch = dp x micro_batch x accumulation x seq_len (seed plan, "Build the
   global batch"); accumulation as in solver.cost.accounting.batch_plan.
+- experts (MoE models): EP divides the routed experts (Megatron-LM arguments.py, num_experts
+  % EP == 0); the expert group EP x ETP x expert-DP folds onto the TP x CP x DP ranks of a
+  pipeline stage (Megatron-Core parallel_state.py initialize_model_parallel), so EP x ETP
+  divides them; ETP splits each expert's FFN width (it must divide expert_ffn_hidden) and,
+  like TP, stays inside the NVLink domain. A dense model has ep 1 and etp DENSE_ETP (unset).
 - framework: what training.framework can run (solver.frameworks.capability, each rule cited
   in solver/data/frameworks/<name>.json): ZeRO stages with and without PP, interleaving and
   its micro-batch rule, CP only with the attention kernels its CP supports, TP and SP.
@@ -36,6 +41,39 @@ def tensor_ok(model: ModelSpec, cluster: ClusterSpec, options: SearchOptions, tp
     if options.allow_tp_outside_node:
         return True
     return tp <= cluster.gpus_per_node and cluster.gpus_per_node % tp == 0
+
+
+# etp of a dense model in the search's integer rows and tables: LayoutSpec.etp None.
+DENSE_ETP = 0
+
+
+def expert_ok(model: ModelSpec, cluster: ClusterSpec, options: SearchOptions, tp: int, cp: int, dp: int,
+              ep: int, etp: int) -> bool:
+    """The expert degrees (see module docstring); a dense model only as ep 1, etp DENSE_ETP."""
+    moe = model.moe
+    if moe is None:
+        return ep == 1 and etp == DENSE_ETP
+    if etp < 1 or moe.experts % ep or (tp * cp * dp) % (ep * etp) or moe.expert_ffn_hidden % etp:
+        return False
+    return options.allow_tp_outside_node or (etp <= cluster.gpus_per_node and cluster.gpus_per_node % etp == 0)
+
+
+def framework_expert_ok(training: TrainingSpec, tp: int, pp: int, cp: int, sp: bool, ep: int, etp: int) -> bool:
+    """The framework runs these expert degrees with this TP, PP, CP and SP (always true for a
+    dense model, etp DENSE_ETP)."""
+    if etp == DENSE_ETP:
+        return True
+    return fwcap.expert_ok(load_framework(training.framework), tp=tp, pp=pp, cp=cp, sp=sp, ep=ep, etp=etp)
+
+
+def framework_expert_shard_ok(training: TrainingSpec, tp: int, cp: int, dp: int, zero: int, ep: int,
+                              etp: int) -> bool:
+    """The framework runs a MoE model at this ZeRO stage with EP x ETP on its expert ranks
+    (always true for a dense model)."""
+    if etp == DENSE_ETP:
+        return True
+    return fwcap.expert_shard_ok(load_framework(training.framework), tp=tp, cp=cp, dp=dp, zero=zero,
+                                 ep=ep, etp=etp)
 
 
 def sequence_parallel_ok(tp: int, sp: bool) -> bool:

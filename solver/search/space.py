@@ -1,7 +1,7 @@
 """The candidate space: per-field domains and the full enumeration (for the oracle).
 
 A layout is the LayoutSpec fields (tp, pp, vpp, cp, dp, zero_stage, micro_batch,
-recompute, sequence_parallel); accumulation follows from (dp, micro_batch). Domains are
+recompute, sequence_parallel, and for a MoE model ep and etp); accumulation follows from (dp, micro_batch). Domains are
 filtered field by field with the rules in solver.search.rules; `enumerate_layouts` applies
 every rule to whole layouts and is deliberately a plain nested loop.
 """
@@ -36,6 +36,8 @@ class Domains:
     zero_stage: tuple[Literal[0, 1, 2, 3], ...]
     recompute: tuple[Recompute, ...]
     sequence_parallel: tuple[bool, ...] = (False, True)
+    ep: tuple[int, ...] = (1,)
+    etp: tuple[int, ...] = (rules.DENSE_ETP,)  # a dense model: LayoutSpec.etp None
 
 
 def _degree_values(cluster: ClusterSpec, options: SearchOptions, upper: int) -> list[int]:
@@ -90,6 +92,7 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     cps = [c for c in _degree_values(cluster, options, options.max_cp)
            if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c))]
     dps = _dp_values(cluster, training, options, raw)
+    experts = expert_domains(model, cluster, options)
     if raw:
         mb_top = options.max_micro_batch or rules.micro_batch_limit(training, options, 1)
         mbs = list(range(1, mb_top + 1))
@@ -98,7 +101,29 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     return Domains(
         tp=tuple(tps), pp=tuple(pps), vpp=tuple(vpps), cp=tuple(cps), dp=tuple(dps),
         micro_batch=tuple(mbs),
-        zero_stage=tuple(sorted(options.zero_stages)), recompute=tuple(options.recompute))
+        zero_stage=tuple(sorted(options.zero_stages)), recompute=tuple(options.recompute),
+        ep=experts[0], etp=experts[1])
+
+
+def expert_domains(model: ModelSpec, cluster: ClusterSpec,
+                   options: SearchOptions) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(ep, etp) domains: for a MoE model the divisors of the routed experts (ep) and the
+    TP-like degrees that split the expert FFN width (etp); for a dense model ep 1 and etp
+    rules.DENSE_ETP (unset). options.max_ep caps EP."""
+    if model.moe is None:
+        return (1,), (rules.DENSE_ETP,)
+    g = rules.gpu_target(cluster, options)
+    top = g if options.allow_tp_outside_node else min(g, cluster.gpus_per_node)
+    eps = [e for e in divisors(model.moe.experts) if e <= min(g, options.max_ep or g)]
+    etps = [e for e in range(1, top + 1) if model.moe.expert_ffn_hidden % e == 0
+            and (options.allow_tp_outside_node or cluster.gpus_per_node % e == 0)]
+    return tuple(eps), tuple(etps)
+
+
+def expert_pairs(model: ModelSpec, cluster: ClusterSpec, options: SearchOptions, d: Domains,
+                 tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs the structural expert rule admits at these degrees."""
+    return [(e, x) for e in d.ep for x in d.etp if rules.expert_ok(model, cluster, options, tp, cp, dp, e, x)]
 
 
 def degrees_ok(cluster: ClusterSpec, options: SearchOptions, tp: int, pp: int, cp: int, dp: int) -> bool:
@@ -116,10 +141,11 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
             for cp in d.cp:
                 for dp in d.dp:
                     if degrees_ok(cluster, options, tp, pp, cp, dp):
-                        yield from _inner(model, training, options, d, tp, pp, cp, dp)
+                        for ep, etp in expert_pairs(model, cluster, options, d, tp, cp, dp):
+                            yield from _inner(model, training, options, d, tp, pp, cp, dp, ep, etp)
 
 
-def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: int):
+def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int):
     for vpp in d.vpp:
         if not (rules.pipeline_ok(model, options, pp, vpp) and rules.framework_pipeline_ok(training, pp, vpp)):
             continue
@@ -129,11 +155,14 @@ def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: 
             if not rules.interleave_batch_ok(pp, vpp, rules.accumulation(training, dp, mb), training):
                 continue
             for sp in d.sequence_parallel:
-                if not (rules.sequence_parallel_ok(tp, sp) and rules.framework_tensor_ok(training, tp, sp)):
+                if not (rules.sequence_parallel_ok(tp, sp) and rules.framework_tensor_ok(training, tp, sp)
+                        and rules.framework_expert_ok(training, tp, pp, cp, sp, ep, etp)):
                     continue
                 for zero in d.zero_stage:
-                    if not rules.framework_shard_ok(training, tp, pp, cp, zero):
+                    if not (rules.framework_shard_ok(training, tp, pp, cp, zero)
+                            and rules.framework_expert_shard_ok(training, tp, cp, dp, zero, ep, etp)):
                         continue
                     for rec in d.recompute:
                         yield LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=sp,
-                                         zero_stage=zero, micro_batch=mb, recompute=rec)
+                                         zero_stage=zero, micro_batch=mb, recompute=rec, ep=ep,
+                                         etp=None if etp == rules.DENSE_ETP else etp)

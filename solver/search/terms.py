@@ -3,17 +3,20 @@
 solver/cost/step.py documents each term and the few layout scalars it depends on. Each
 term is evaluated in Python over only those scalars (memoized: far fewer cost-function
 calls than layouts). The products of the composition are then tabulated over their small
-joint domain, the pipeline key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute), using
+joint domain, the pipeline key (tp, pp, cp, dp, vpp, micro_batch, sp, recompute, ep, etp),
+using
 step.compose_step_time itself on the memoized term values:
 
   pipe_us(key)   = (m + (pp-1)/vpp) x stage       (compose_step_time with DP/optimizer 0)
-  shard_us(tp, pp, cp, dp, sp, zero, mb) = dp_exposed_s + optimizer_s
+  shard_us(tp, pp, cp, dp, sp, zero, mb, ep, etp) = dp_exposed_s + optimizer_s
   step_us        = pipe_us + shard_us             (error <= 0.5 + 0.5 us)
 
 Memory is not rounded at all: a (pipeline, shard) pair fits when step.compose_memory's
 total of activation_bytes(key) and the shard's model_state, logits, comm_buffers and
 framework overhead (summed in the same order) is within step.usable_memory_bytes, the
 evaluator's own test. solver.search.model turns the two tables into the CP-SAT model.
+The expert degrees (ep, etp) reach the cost functions only for a MoE model (expert_kw): a
+dense model's calls are exactly the dense ones.
 """
 from __future__ import annotations
 
@@ -36,11 +39,16 @@ from solver.errors import SolverTimeoutError
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import keys_within, prune_keys
-from solver.search.rules import accumulation
+from solver.search.rules import DENSE_ETP, accumulation
 from solver.search.scaling import time_int
 from solver.specs import LayoutSpec, Recompute
 
 STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
+
+
+def expert_kw(ep: int, etp: int) -> dict[str, int]:
+    """The expert degrees as cost-function keywords: none for a dense model (etp DENSE_ETP)."""
+    return {} if etp == DENSE_ETP else {"ep": ep, "etp": etp}
 
 
 class _Terms:
@@ -61,10 +69,12 @@ class _Terms:
         self.state = lru_cache(maxsize=None)(self._state)
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
         self.stage_state = lru_cache(maxsize=None)(
-            lambda params, tp, pp, dp, cp, zero: stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero))
+            lambda params, tp, pp, dp, cp, zero, ep=1, etp=DENSE_ETP: stage_state(
+                ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, **expert_kw(ep, etp)))
         self.row = lru_cache(maxsize=None)(self._row)
         self.rest = lru_cache(maxsize=None)(
-            lambda tp, pp, cp, dp, sp, zero, mb: self.memory_rest(tp, pp, cp, dp, bool(sp), zero, mb))
+            lambda tp, pp, cp, dp, sp, zero, mb, ep, etp: self.memory_rest(tp, pp, cp, dp, bool(sp), zero, mb,
+                                                                           ep, etp))
         self.pair_memory = lru_cache(maxsize=None)(self._pair_memory)
         self.variant_memory = lru_cache(maxsize=None)(self._variant_memory)
         self.choice = lru_cache(maxsize=None)(self._choice)
@@ -73,12 +83,12 @@ class _Terms:
             lambda tp, cp, sp, rc, mb: M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=rc,
                                                                 micro_batch=mb))
         self.uniform_profile = lru_cache(maxsize=None)(
-            lambda tp, cp, sp, rc, mb, pp, m, n: stage_profile(
+            lambda tp, cp, sp, rc, mb, pp, m, n, ep=1, etp=DENSE_ETP: stage_profile(
                 ctx, tp=tp, cp=cp, sp=bool(sp), recompute=rc, micro_batch=mb, pp=pp, vpp=1, grad_accum=m,
-                split=(n,) * pp))
+                split=(n,) * pp, **expert_kw(ep, etp)))
 
-    def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
-        kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb}
+    def _layer(self, tp, cp, sp, rc, mb, ep=1, etp=DENSE_ETP) -> tuple[float, float, float]:
+        kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb, **expert_kw(ep, etp)}
         return (T.layer_compute_s(self.ctx, sp=sp, **kw), T.layer_tp_comm_s(self.ctx, sp=sp, **kw),
                 T.layer_cp_comm_s(self.ctx, **kw))
 
@@ -88,84 +98,84 @@ class _Terms:
     def _p2p(self, tp, cp, dp, pp, vpp, mb) -> float:
         return T.p2p_per_microbatch_s(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, vpp=vpp, micro_batch=mb)
 
-    def _act(self, tp, cp, sp, rc, mb, pp, vpp, m) -> float:
+    def _act(self, tp, cp, sp, rc, mb, pp, vpp, m, ep=1, etp=DENSE_ETP) -> float:
         return M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                  pp=pp, vpp=vpp, grad_accum=m)
+                                  pp=pp, vpp=vpp, grad_accum=m, **expert_kw(ep, etp))
 
-    def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc) -> TimeTerms:
+    def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep=1, etp=DENSE_ETP) -> TimeTerms:
         """The pipeline time terms of a row (DP and optimizer terms 0)."""
-        compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb)
+        compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb, ep, etp)
         return TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
                          self.head(tp, cp, sp, mb, pp), 0.0, 0.0, self.emb(tp, cp, mb))
 
-    def split(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> tuple[int, ...] | None:
+    def split(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m) -> tuple[int, ...] | None:
         """The row's pipeline split (None: the busiest-rank model)."""
         if self.split_uneven is None:
             return None
-        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc)
+        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
         return chosen_split(terms, layers=self.ctx.model.layers, pp=pp, vpp=vpp, grad_accum=m,
                             uneven=self.split_uneven)
 
-    def pipe_s(self, tp, pp, cp, dp, vpp, mb, sp, rc, m, split=None) -> float:
+    def pipe_s(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m, split=None) -> float:
         """(m + (pp-1)/vpp) x stage via step.compose_step_time, or the split's
         step.compose_split_step_time (DP and optimizer terms 0)."""
-        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc)
+        terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
         if split is not None:
             return compose_split_step_time(terms, split=split, pp=pp, vpp=vpp, grad_accum=m).step_time_s
         layers = layers_on_rank(self.ctx.model.layers, pp, vpp)
         return compose_step_time(terms, layers=layers, pp=pp, vpp=vpp, grad_accum=m).step_time_s
 
-    def act(self, tp, cp, sp, rc, mb, pp, vpp, m, split=None) -> tuple[float, list | None]:
+    def act(self, tp, cp, sp, rc, mb, pp, vpp, m, split=None, ep=1, etp=DENSE_ETP) -> tuple[float, list | None]:
         """(activation bytes, stage profile) of a row: the busiest-rank model (profile None),
         or the split's largest stage activations and its step.dominant_stages."""
         if split is None:
-            return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m), None
+            return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m, ep, etp), None
         prof = dominant_stages(stage_profile(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                             pp=pp, vpp=vpp, grad_accum=m, split=split))
+                                             pp=pp, vpp=vpp, grad_accum=m, split=split, **expert_kw(ep, etp)))
         return max(a for _, a, _ in prof), prof
 
-    def _row(self, tp, pp, cp, dp, vpp, mb, sp, rc, m) -> tuple:
+    def _row(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m) -> tuple:
         """(split, pipeline seconds, activation bytes, stage profile) of a pipeline row
         (split, pipe_s and act; memoized: the pruning and the tables share them)."""
-        split = self.split(tp, pp, cp, dp, vpp, mb, sp, rc, m)
-        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, m, split) if self.with_time else 0.0
-        return (split, pipe_s, *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split))
+        split = self.split(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m)
+        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m, split) if self.with_time else 0.0
+        return (split, pipe_s, *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split, ep, etp))
 
     def _pair_memory(self, shard: tuple, vpp: int, rc: str, m: int) -> float:
-        """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb) with
-        pipeline fields vpp and rc (pair_total of the memoized row and shard terms)."""
-        tp, pp, cp, dp, sp, _zero, mb = shard
-        _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
+        """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb, ep, etp)
+        with pipeline fields vpp and rc (pair_total of the memoized row and shard terms)."""
+        tp, pp, cp, dp, sp, _zero, mb, ep, etp = shard
+        _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
     def _variant_memory(self, shard: tuple, vpp: int, rc: str, m: int, split: tuple[int, ...]) -> float:
         """Memory per GPU of the layout of a shard row with pipeline fields vpp, rc and `split`."""
-        tp, pp, cp, _dp, sp, _zero, mb = shard
-        act, prof = self.act(tp, cp, bool(sp), rc, mb, pp, vpp, m, split)
+        tp, pp, cp, _dp, sp, _zero, mb, ep, etp = shard
+        act, prof = self.act(tp, cp, bool(sp), rc, mb, pp, vpp, m, split, ep, etp)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
     def _choice(self, shard: tuple, vpp: int, rc: Recompute, m: int) -> tuple:
         """(split, pipeline seconds, memory bytes per GPU) of the layout of a shard row with
         pipeline fields vpp and rc: the row's split when it fits, else the fastest split whose
         every stage fits (step.memory_aware_split, the evaluator's rule)."""
-        tp, pp, cp, dp, sp, zero, mb = shard
-        split0, pipe0, _, _ = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m)
+        tp, pp, cp, dp, sp, zero, mb, ep, etp = shard
+        split0, pipe0, _, _ = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m)
         total0 = self.pair_memory(shard, vpp, rc, m)
         if split0 is None or total0 <= self.usable or vpp > 1 or not self.split_uneven:
             return split0, pipe0, total0  # fits, or the split is the only one (even chunks)
         if self._no_split_fits(shard, rc, m):
             return split0, pipe0, total0
         layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=bool(sp), zero_stage=zero,
-                            micro_batch=mb, recompute=rc)
+                            micro_batch=mb, recompute=rc, ep=ep, etp=None if etp == DENSE_ETP else etp)
         split = memory_aware_split(
-            self.time_terms(tp, pp, cp, dp, vpp, mb, bool(sp), rc), layers=self.ctx.model.layers, pp=pp,
+            self.time_terms(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp), layers=self.ctx.model.layers, pp=pp,
             vpp=vpp, grad_accum=m, uneven=self.split_uneven, fits=lambda s: False, fastest=split0,
-            limits=lambda: stage_layer_limits(self.ctx, layout, m, self.usable,
-                                              state=lambda p: self.stage_state(p, tp, pp, dp, cp, zero),
-                                              profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n)))
+            limits=lambda: stage_layer_limits(
+                self.ctx, layout, m, self.usable, state=lambda p: self.stage_state(p, tp, pp, dp, cp, zero, ep, etp),
+                profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n, ep, etp)))
         if split == split0:
             return split0, pipe0, total0
-        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, m, split) if self.with_time else 0.0
+        pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m, split) if self.with_time else 0.0
         return split, pipe_s, self.variant_memory(shard, vpp, rc, m, split)
 
     def _no_split_fits(self, shard: tuple, rc: str, m: int) -> bool:
@@ -177,7 +187,9 @@ class _Terms:
         the embedding's stored values and full recompute's extra layer left out), so it holds at
         most (limit - a_r) / b_r layers; one more layer of slack per rank covers float rounding.
         """
-        tp, pp, cp, dp, sp, zero, mb = shard
+        tp, pp, cp, dp, sp, zero, mb, _ep, etp = shard
+        if etp != DENSE_ETP:  # MoE: per-layer parameters differ by layer; the exact limits decide
+            return False
         pc, layers = self.ctx.params, self.ctx.model.layers
         st = self.stage_state(1, tp, pp, dp, cp, zero)
         k = st.weights + st.gradients + st.optimizer
@@ -199,18 +211,18 @@ class _Terms:
         a split the busiest stage's (step.stage_memory_terms, as step.split_memory_terms)."""
         if prof is None:
             return self.memory_total(rest, act)
-        tp, pp, cp, dp, _sp, zero, _mb = shard
+        tp, pp, cp, dp, _sp, zero, _mb, ep, etp = shard
         kw = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "zero": zero}
         return max(compose_memory(stage_memory_terms(
             self.ctx, st, **kw, logits=rest[3], comm_buffers=rest[4],
-            state=self.stage_state(st[0], tp, pp, dp, cp, zero)))["total"] for st in prof)
+            state=self.stage_state(st[0], tp, pp, dp, cp, zero, ep, etp)))["total"] for st in prof)
 
-    def _state(self, tp, pp, dp, cp, zero):
-        return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
+    def _state(self, tp, pp, dp, cp, zero, ep=1, etp=DENSE_ETP):
+        return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, **expert_kw(ep, etp))
 
-    def memory_rest(self, tp, pp, cp, dp, sp, zero, mb) -> tuple[float, ...]:
+    def memory_rest(self, tp, pp, cp, dp, sp, zero, mb, ep=1, etp=DENSE_ETP) -> tuple[float, ...]:
         """(weights, gradients, optimizer, logits, comm buffers, overhead) bytes per GPU."""
-        st = self.state(tp, pp, dp, cp, zero)
+        st = self.state(tp, pp, dp, cp, zero, ep, etp)
         return (st.weights, st.gradients, st.optimizer,
                 M.logits_bytes(self.ctx, tp=tp, cp=cp, micro_batch=mb),
                 M.comm_buffer_bytes(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb),
@@ -223,9 +235,9 @@ class _Terms:
         terms = MemoryTerms(w, g, o, activations, logits, comm, overhead)
         return compose_memory(terms)["total"]
 
-    def _dp_opt(self, tp, cp, dp, pp, zero_stage, m) -> float:
+    def _dp_opt(self, tp, cp, dp, pp, zero_stage, m, ep=1, etp=DENSE_ETP) -> float:
         """dp_exposed_s + optimizer_s of one step with m micro-batches per replica."""
-        kw = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "zero": zero_stage}
+        kw = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "zero": zero_stage, **expert_kw(ep, etp)}
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
 
@@ -268,29 +280,30 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     keys, splits, pipe, act = [], [], [], []
     for key in all_keys:
         in_time()
-        tp, pp, cp, dp, vpp, mb, sp, rc = key
-        split, pipe_s, a, _prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], accum_of(dp, mb))
+        tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp = key
+        split, pipe_s, a, _prof = t.row(tp, pp, cp, dp, vpp, mb, bool(sp), RECOMPUTE_NAMES[rc], ep, etp,
+                                        accum_of(dp, mb))
         keys.append(key)
         splits.append(split)
         pipe.append(time_int(pipe_s))  # 0 without time columns
         act.append(a)
-    shards = sorted({(tp, pp, cp, dp, sp, z, mb) for tp, pp, cp, dp, vpp, mb, sp, rc in keys
-                     for z in lm.zero_stages(tp, pp, cp)})  # the framework's stages
-    shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)])) if with_time else 0
-                   for tp, pp, cp, dp, sp, z, mb in shards]
+    shards = sorted({(tp, pp, cp, dp, sp, z, mb, ep, etp) for tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp in keys
+                     for z in lm.zero_stages(tp, pp, cp, dp, ep, etp)})  # the framework's stages
+    shard_units = [time_int(t.dp_opt(tp, cp, dp, pp, z, accum[(dp, mb)], ep, etp)) if with_time else 0
+                   for tp, pp, cp, dp, sp, z, mb, ep, etp in shards]
     rest = [t.rest(*shard) for shard in shards if in_time()]
     if t.split_uneven:
         _add_memory_variants(t, keys, splits, pipe, act, shards, accum)
 
     def choice(i: int, j: int) -> tuple:
-        _tp, _pp, _cp, dp, vpp, mb, _sp, rc = keys[i]
+        _tp, _pp, _cp, dp, vpp, mb, _sp, rc, _ep, _etp = keys[i]
         return t.choice(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)])
 
     def memory(i: int, j: int) -> float:
         split, _, total = choice(i, j)
         if split == splits[i]:
             return total
-        _tp, _pp, _cp, dp, vpp, mb, _sp, rc = keys[i]
+        _tp, _pp, _cp, dp, vpp, mb, _sp, rc, _ep, _etp = keys[i]
         return t.variant_memory(shards[j], vpp, RECOMPUTE_NAMES[rc], accum[(dp, mb)], splits[i])
 
     def fits(i: int, j: int) -> bool:
@@ -315,7 +328,7 @@ def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: l
         by_group.setdefault(shard_group(shard), []).append(shard)
     seen = set(zip(keys, splits, strict=True))
     for key, split0 in list(zip(keys, splits, strict=True)):
-        tp, pp, cp, dp, vpp, mb, sp, rc = key
+        tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp = key
         if split0 is None or vpp > 1:
             continue
         rcn, m = RECOMPUTE_NAMES[rc], accum[(dp, mb)]
@@ -326,4 +339,4 @@ def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: l
                 keys.append(key)
                 splits.append(split)
                 pipe.append(time_int(pipe_s))
-                act.append(t.act(tp, cp, bool(sp), rcn, mb, pp, vpp, m, split)[0])
+                act.append(t.act(tp, cp, bool(sp), rcn, mb, pp, vpp, m, split, ep, etp)[0])

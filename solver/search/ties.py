@@ -46,8 +46,9 @@ TIE_RESOLUTION = 0.02
 
 
 def simplicity_key(layout: LayoutSpec) -> tuple[int, int, int, int, int]:
-    """Lower is simpler: CP, ZeRO stage, virtual stages, micro-batch, parallel dimensions > 1."""
-    dims = sum(d > 1 for d in (layout.tp, layout.pp, layout.cp, layout.dp))
+    """Lower is simpler: CP, ZeRO stage, virtual stages, micro-batch, parallel dimensions > 1
+    (EP counts as one for a MoE layout; a dense layout's ep is 1)."""
+    dims = sum(d > 1 for d in (layout.tp, layout.pp, layout.cp, layout.dp, layout.ep))
     return (layout.cp, layout.zero_stage, layout.vpp, layout.micro_batch, dims)
 
 

@@ -18,8 +18,10 @@ def test_every_profile_loads_and_cites_every_fact(name):
     profile = load_framework(name)
     assert profile.name == name
     caps = profile.capabilities
-    for field in type(caps).model_fields:
-        sources = getattr(caps, field).sources
+    facts = [(f, getattr(caps, f)) for f in type(caps).model_fields if f != "experts"]
+    facts += [(f"experts.{f}", getattr(caps.experts, f)) for f in type(caps.experts).model_fields]
+    for field, fact in facts:
+        sources = fact.sources
         assert sources and all(len(s.commit) == 40 for s in sources), field
     assert all(r.sources for r in profile.memory.recipes)
 

@@ -9,6 +9,7 @@ from solver.search.cpsat import LayoutModel
 from solver.search.exhaustive import evaluate
 from solver.search.options import SearchOptions
 from solver.search.model import pipe_group
+from solver.search.rules import DENSE_ETP
 from solver.search.prune import _lower_s
 from solver.search.rules import accumulation
 from solver.search.space import enumerate_layouts
@@ -35,7 +36,7 @@ def test_group_bound_is_below_every_layout_of_the_group(model, shape, training, 
     acc = lambda dp, mb: accumulation(training, dp, mb)  # noqa: E731
     for layout in enumerate_layouts(model, cluster, training, options):
         lo = layout
-        g = (lo.tp, lo.pp, lo.cp, lo.dp, int(lo.sequence_parallel), lo.micro_batch)
+        g = (lo.tp, lo.pp, lo.cp, lo.dp, int(lo.sequence_parallel), lo.micro_batch, lo.ep, lo.etp or DENSE_ETP)
         ev = evaluate(model, wide, training, options, lo)
         step = estimate_layout(model, cluster, training, ev.layout).step_time_s
         assert _lower_s(lm, t, g, rows[g], acc) <= step * (1 + 1e-12), ev.layout
