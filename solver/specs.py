@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName
+from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName, Fp8Recipe
 from solver.model_parts import MLASpec, MoESpec, QkNorm
 from topology.spec import StrictModel
 
@@ -19,6 +19,12 @@ ZeroStage = Literal[0, 1, 2, 3]
 # its --use-tp-pp-dp-mapping flag (megatron/core/parallel_state.py, `order`).
 RankOrder = Literal["tp-cp-dp-pp", "tp-cp-pp-dp"]
 DEFAULT_RANK_ORDER: RankOrder = "tp-cp-dp-pp"
+# GEMM compute recipes (TrainingSpec.compute_precision), as the frameworks name them:
+# Megatron-Core --fp8-recipe delayed / tensorwise / blockwise / mxfp8 (NVIDIA/Megatron-LM
+# d98e8a64, megatron/core/transformer/transformer_config.py L594-600: Transformer Engine's
+# DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling) and torchao's
+# Float8Linear rowwise recipe (pytorch/torchtitan b5bcd76c, components/quantization/float8.py).
+ComputePrecision = Literal["bf16", Fp8Recipe]
 
 
 class ModelSpec(StrictModel):
@@ -123,6 +129,16 @@ class TrainingSpec(StrictModel):
         description="Bytes per parameter of each state: the plan's capacity section (default: the "
                     "seed's 2 + 2 + 8). Stated explicitly, it also replaces the byte sizes of the "
                     "framework's per-layout recipe (solver.cost.state.with_precision).")
+    compute_precision: ComputePrecision = Field(
+        default="bf16",
+        description="Datatype of the linear layers' GEMMs: 'bf16', or an FP8 recipe: 'fp8-delayed' "
+                    "(per-tensor scales from an amax history; TE DelayedScaling, Megatron "
+                    "--fp8-recipe delayed), 'fp8-current' (per-tensor scales of the tensor itself; "
+                    "TE Float8CurrentScaling, --fp8-recipe tensorwise, torchao tensorwise), "
+                    "'fp8-blockwise' (1x128 activation / 128x128 weight blocks, DeepSeek-V3 style; "
+                    "TE Float8BlockScaling, compute capability >= 9.0), 'fp8-rowwise' (torchao "
+                    "rowwise) or 'mxfp8' (32-element MX blocks; Blackwell, compute capability "
+                    ">= 10.0). Attention, the LM head and the embedding stay BF16.")
     assumed_mfu: float = Field(default=0.5, gt=0, le=1, description="MFU assumed for the capacity plan.")
     price_per_gpu_hour: float | None = Field(
         default=None, ge=0, le=1e6, description="Optional price per GPU-hour for cost estimates.")

@@ -23,8 +23,13 @@ class GpuSpec(StrictModel):
     peak_fp8_tflops: float | None = Field(
         default=None, ge=0.1, le=100_000,
         description="Dense FP8 peak (without sparsity), TFLOP/s per GPU; None where the GPU has no "
-                    "FP8 tensor cores or its datasheet does not state it. Not read by the cost model "
-                    "yet (it plans BF16 with peak_tflops).")
+                    "FP8 tensor cores or its datasheet does not state it. The cost model's FP8 GEMMs "
+                    "(training.compute_precision) run at this peak; BF16 work at peak_tflops.")
+    compute_capability: float | None = Field(
+        default=None, ge=1, le=100,
+        description="CUDA compute capability (8.0 A100, 9.0 H100/H200, 10.0 B200/GB200); None for "
+                    "a non-NVIDIA or unstated GPU. Decides which FP8 recipes run: block-scaled FP8 "
+                    "needs >= 9.0, MXFP8 >= 10.0 (Transformer Engine's recipe support checks).")
 
     @property
     def memory_bytes(self) -> float:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from solver.cost.fp8 import gemm_operand_elements
 from solver.cost.options import AttentionKernel, CostOptions
 from solver.specs import ModelSpec, Recompute
 from topology.spec import GpuSpec
@@ -53,20 +54,31 @@ def gemm_efficiency(m: int, n: int, gpu: GpuSpec, opts: CostOptions) -> float:
     return opts.gemm_peak_fraction * best
 
 
-def gemm_time_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> float:
-    """Roofline time of one BF16 GEMM (m, n, k): max(compute-bound, HBM-bound) seconds."""
+def gemm_time_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions, fp8: bool = False) -> float:
+    """Roofline time of one GEMM (m, n, k): max(compute-bound, HBM-bound) seconds.
+
+    BF16: dense BF16 peak x gemm_peak_fraction, 2-byte operands. FP8 (fp8=True): dense FP8
+    peak (GpuSpec.peak_fp8_tflops) x fp8_gemm_peak_fraction, 1-byte inputs and a BF16
+    output; the same tile and wave quantization (FP8 kernels use the same CTA tiles).
+    """
     if min(m, n, k) <= 0:
         return 0.0
-    compute_s = 2.0 * m * n * k / (gpu.peak_flops * gemm_efficiency(m, n, gpu, opts))
-    hbm_s = ACT_BYTES * (m * k + k * n + m * n) / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
-    return max(compute_s, hbm_s)
+    if fp8 and gpu.peak_fp8_tflops is not None:
+        quant = gemm_efficiency(m, n, gpu, opts) / opts.gemm_peak_fraction
+        compute_s = 2.0 * m * n * k / (gpu.peak_fp8_tflops * 1e12 * opts.fp8_gemm_peak_fraction * quant)
+        hbm_bytes = 1.0 * (m * k + k * n) + ACT_BYTES * m * n
+    else:
+        compute_s = 2.0 * m * n * k / (gpu.peak_flops * gemm_efficiency(m, n, gpu, opts))
+        hbm_bytes = ACT_BYTES * (m * k + k * n + m * n)
+    return max(compute_s, hbm_bytes / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction))
 
 
-def gemm_fwd_bwd_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> tuple[float, float, float]:
+def gemm_fwd_bwd_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions,
+                   fp8: bool = False) -> tuple[float, float, float]:
     """(forward, data-gradient, weight-gradient) times of a linear layer's GEMMs."""
-    return (gemm_time_s(m, n, k, gpu, opts),   # Y = X W
-            gemm_time_s(m, k, n, gpu, opts),   # dX = dY W^T
-            gemm_time_s(k, n, m, gpu, opts))   # dW = X^T dY
+    return (gemm_time_s(m, n, k, gpu, opts, fp8),   # Y = X W
+            gemm_time_s(m, k, n, gpu, opts, fp8),   # dX = dY W^T
+            gemm_time_s(k, n, m, gpu, opts, fp8))   # dW = X^T dY
 
 
 @dataclass(frozen=True)
@@ -170,20 +182,54 @@ def elementwise_fwd_bytes(sh: LayerShape, model: ModelSpec, tp: int, sp: bool, d
 
 
 def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: GpuSpec,
-                opts: CostOptions, tp: int, cp: int, sp: bool, micro_batch: int) -> LayerTimes:
-    """Times of one layer's forward and backward (without recompute) for one micro-batch."""
+                opts: CostOptions, tp: int, cp: int, sp: bool, micro_batch: int,
+                fp8: Fp8Work | None = None) -> LayerTimes:
+    """Times of one layer's forward and backward (without recompute) for one micro-batch.
+
+    With `fp8` the four linear layers' GEMMs run in FP8 and their cast work (fp8_cast_s)
+    joins the elementwise time; the attention core stays BF16.
+    """
     sh = layer_shape(model, seq_len, tp, cp, micro_batch)
-    parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts) for m, n, k in layer_gemms(sh)]
+    parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts, fp8 is not None) for m, n, k in layer_gemms(sh)]
     dropout = dropout_on(model, opts)
     attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts, dropout)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
     elem_fwd = elementwise_fwd_bytes(sh, model, tp, sp, dropout) / hbm
+    cast_fwd, cast_bwd = fp8_cast_s(sh, tp, sp, fp8, hbm) if fp8 is not None else (0.0, 0.0)
     return LayerTimes(
         gemm_fwd_s=sum(p[0] for p in parts), gemm_dgrad_s=sum(p[1] for p in parts),
         gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=parts[0][1] + parts[2][1],
         column_wgrad_s=parts[0][2] + parts[2][2],
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd,
-        elementwise_fwd_s=elem_fwd, elementwise_bwd_s=2.0 * elem_fwd)
+        elementwise_fwd_s=elem_fwd + cast_fwd, elementwise_bwd_s=2.0 * elem_fwd + cast_bwd)
+
+
+@dataclass(frozen=True)
+class Fp8Work:
+    """What an FP8 recipe casts, per the framework (solver.cost.fp8; profile's fp8 section)."""
+
+    cast_bytes_per_element: float  # fp8.CAST_BYTES_PER_ELEMENT[recipe]
+    sp_gather_fp8: bool            # inputs cast on the sequence shard, before the SP all-gather
+    saved_inputs_fp8: bool         # False: backward casts the saved BF16 inputs again
+    weight_cast_per_use: bool      # True: weights cast in every forward and backward
+
+
+def fp8_cast_s(sh: LayerShape, tp: int, sp: bool, w: Fp8Work, hbm_bytes_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's FP8 casts for one micro-batch.
+
+    Forward: the four GEMM inputs (solver.cost.fp8.gemm_operand_elements), plus the weights
+    where the framework casts them at every use; backward: the four output gradients, the
+    inputs again where the framework kept them in BF16, the weights again per use. Each
+    element costs the recipe's cast bytes over achievable HBM bandwidth. A framework that
+    caches FP8 weights casts them once per step instead (terms.optimizer_s).
+    """
+    rows = sh.tokens / tp if (sp and w.sp_gather_fp8) else sh.tokens
+    inputs, grads, weights = gemm_operand_elements(
+        sh.tokens, rows, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)
+    per_use = weights if w.weight_cast_per_use else 0.0
+    fwd = inputs + per_use
+    bwd = grads + (0.0 if w.saved_inputs_fp8 else inputs) + per_use
+    return (w.cast_bytes_per_element * fwd / hbm_bytes_s, w.cast_bytes_per_element * bwd / hbm_bytes_s)
 
 
 def head_times_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,

@@ -23,6 +23,15 @@ from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_
 from topology.spec import ClusterSpec
 
 
+# MFU's denominator. trainplan keeps the dense BF16 peak for every recipe so MFU compares
+# across precisions (an FP8 run's MFU may exceed what BF16 could reach); NVIDIA's DGXC
+# READMEs divide FP8 runs by the FP8 peak instead (e.g. llama3.1/README_8b.md: "peak ...
+# for H100 FP8 is 1979 TFLOPS"), printed beside it as mfu_fp8_peak.
+MFU_CONVENTION_BF16 = "model FLOPs / (step time x GPUs x dense BF16 peak, cluster.gpu.peak_tflops)"
+MFU_CONVENTION_FP8 = (MFU_CONVENTION_BF16 + "; FP8 GEMMs: also mfu_fp8_peak, against the dense FP8 "
+                      "peak (cluster.gpu.peak_fp8_tflops), the convention of NVIDIA's FP8 rows")
+
+
 @dataclass(frozen=True)
 class MemoryMargin:
     """How far the memory total is from the usable limit (bytes; fraction of capacity)."""
@@ -57,6 +66,9 @@ class LayoutEstimate:
     framework_violations: tuple = ()     # capability rules the framework breaks (Violation dicts)
     flop_convention: str = FLOP_CONVENTION  # what MFU's model FLOPs count (accounting.FLOP_CONVENTION)
     moe: dict = field(default_factory=dict)  # MoE layouts: solver.cost.moe_summary.moe_summary
+    compute_precision: str = "bf16"      # training.compute_precision (the linear layers' GEMMs)
+    mfu_convention: str = MFU_CONVENTION_BF16
+    mfu_fp8_peak: float | None = None    # FP8 recipes: model FLOPs / (time x GPUs x dense FP8 peak)
 
     @property
     def runs_in_framework(self) -> bool:
@@ -142,7 +154,17 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
         time_breakdown_s=st.breakdown_s, memory_per_gpu_bytes=mem,
         fits=mem["total"] <= usable, memory_margin=margin, notes=notes, framework=ctx.training.framework,
         memory_recipe=recipe_summary(ctx.training, layout.zero_stage, layout.pp, layout.dp, layout.cp),
-        framework_violations=tuple(broken), moe=moe_summary(ctx, layout))
+        framework_violations=tuple(broken), moe=moe_summary(ctx, layout),
+        **_mfu_convention(ctx, model_flops / st.step_time_s, layout.gpus))
+
+
+def _mfu_convention(ctx: CostContext, model_flops_s: float, gpus: int) -> dict:
+    """The compute precision, the MFU convention and, for FP8 GEMMs, MFU vs the FP8 peak."""
+    precision, gpu = ctx.training.compute_precision, ctx.cluster.gpu
+    if ctx.fp8_work is None or gpu.peak_fp8_tflops is None:
+        return {"compute_precision": precision}
+    return {"compute_precision": precision, "mfu_convention": MFU_CONVENTION_FP8,
+            "mfu_fp8_peak": model_flops_s / (gpus * gpu.peak_fp8_tflops * 1e12)}
 
 
 def estimate_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES, dropout_on
 from solver.cost.options import AttentionKernel
+from solver.cost.fp8 import FP8_BYTES, saved_input_saving_bytes
 from solver.cost.state import framework_state_bytes, gathered_weight_bytes
-from solver.cost.terms import CostContext, layers_on_rank
+from solver.cost.terms import CostContext, fp8_linear_weights_on_rank, layers_on_rank
 from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
 
@@ -84,7 +85,32 @@ def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, reco
     parts = layer_activation_parts(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch,
                                    kernel=ctx.training.attention_kernel,
                                    dropout=dropout_on(ctx.model, ctx.options))
-    return parts.total - (parts.attention_core if recompute == "selective" else 0.0)
+    kept = parts.total - (parts.attention_core if recompute == "selective" else 0.0)
+    return kept - fp8_saved_input_saving(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
+
+
+def fp8_saved_input_saving(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int) -> float:
+    """Bytes per layer and micro-batch an FP8 recipe saves by keeping the four GEMM inputs
+    for backward in FP8 (frameworks whose profile says fp8.saved_inputs_fp8: Transformer
+    Engine); 0 for BF16 GEMMs and for frameworks that keep them in BF16 (torchao)."""
+    w = ctx.fp8_work
+    if w is None or not w.saved_inputs_fp8:
+        return 0.0
+    s_b = ctx.seq_len / cp * micro_batch
+    m = ctx.model
+    return saved_input_saving_bytes(s_b / tp if sp else s_b, s_b, m.hidden,
+                                    m.heads * m.head_dim / tp, m.ffn_hidden / tp)
+
+
+def fp8_weight_copy_bytes(ctx: CostContext, *, tp: int, pp: int) -> float:
+    """FP8 copies of the rank's linear weights kept across the step, bytes: row-wise and
+    column-wise (transposed) 1-byte copies, 2 bytes per weight, where the framework caches
+    them (profile fp8.weight_cast 'per_step': Transformer Engine's weight workspace,
+    module/linear.py L479-490); 0 for BF16 and for per-use casting."""
+    w = ctx.fp8_work
+    if w is None or w.weight_cast_per_use:
+        return 0.0
+    return 2.0 * FP8_BYTES * fp8_linear_weights_on_rank(ctx, tp=tp, pp=pp)
 
 
 def _selective_policy(ctx: CostContext) -> SelectivePolicy:
@@ -175,11 +201,14 @@ def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: Z
                 ep: int = 1, etp: int | None = None) -> StateBytes:
     """Weights, gradients, optimizer state per GPU under training.framework's recipe
     (solver.cost.state), parameters split evenly over TP x PP; a MoE model's routed experts
-    over EP x ETP x PP, sharded over the expert-DP group (solver.cost.moe_memory)."""
+    over EP x ETP x PP, sharded over the expert-DP group (solver.cost.moe_memory). The weights
+    include the cached FP8 weight copies of an FP8 recipe (fp8_weight_copy_bytes)."""
     if ctx.model.moe is not None:
         from solver.cost.moe_memory import moe_model_state
         return moe_model_state(ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, ep=ep, etp=etp)
-    return framework_state_bytes(ctx.training, ctx.params.total / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
+    state = framework_state_bytes(ctx.training, ctx.params.total / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
+    copies = fp8_weight_copy_bytes(ctx, tp=tp, pp=pp)
+    return state if copies == 0 else StateBytes(state.weights + copies, state.gradients, state.optimizer)
 
 
 def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, sp: bool,

@@ -19,6 +19,8 @@ FRAMEWORK_NAMES: tuple[str, ...] = get_args(FrameworkName)
 DEFAULT_FRAMEWORK: FrameworkName = "megatron-core"
 ZeroStage = Literal[0, 1, 2, 3]
 AttentionKernel = Literal["flash", "unfused"]
+# FP8 GEMM recipes (TrainingSpec.compute_precision besides "bf16"; solver.specs says what each is).
+Fp8Recipe = Literal["fp8-delayed", "fp8-current", "fp8-blockwise", "fp8-rowwise", "mxfp8"]
 
 
 class Source(StrictModel):
@@ -160,6 +162,23 @@ class MemorySemantics(StrictModel):
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 
+class CitedFp8Recipes(_Cited):
+    value: tuple[Fp8Recipe, ...] = Field(strict=False)  # empty: no FP8 training
+
+
+class CitedWeightCast(_Cited):
+    value: Literal["per_step", "per_use"]
+
+
+class Fp8Semantics(StrictModel):
+    """How the framework runs FP8 GEMMs: which recipes, and what they cost in time and memory."""
+
+    recipes: CitedFp8Recipes
+    saved_inputs_fp8: CitedBool     # GEMM inputs kept for backward as FP8 (1 byte) or high precision
+    weight_cast: CitedWeightCast    # FP8 weight copies cast once per step (cached) or at every use
+    sp_gather_fp8: CitedBool        # sequence-parallel input all-gathers move FP8 (1 byte) values
+
+
 class FrameworkProfile(StrictModel):
     """One training framework: its capabilities and its memory semantics, each cited."""
 
@@ -168,6 +187,7 @@ class FrameworkProfile(StrictModel):
     covers: tuple[str, ...] = Field(default=(), strict=False, description="Stacks built on it.")
     capabilities: Capabilities
     memory: MemorySemantics
+    fp8: Fp8Semantics
 
     @model_validator(mode="after")
     def _recipes_cover_stages(self) -> FrameworkProfile:

@@ -1,0 +1,125 @@
+"""FP8 GEMM recipes: where they run, what their casts cost, what memory they add or save.
+
+Unit legend: `_bytes` bytes; `_per_element` bytes per tensor element; shapes are element
+counts of one layer for one micro-batch on one GPU (solver.cost.compute.LayerShape).
+
+What runs in FP8 (training.compute_precision != "bf16"): the four linear layers of each
+transformer layer (QKV, attention output, FFN up(+gate), FFN down), forward, data-gradient
+and weight-gradient GEMMs (Megatron-Core fp8_wgrad defaults to True, NVIDIA/Megatron-LM
+d98e8a64 megatron/core/transformer/transformer_config.py L631). Not FP8: the attention core
+(fp8_dot_product_attention defaults False, same file L640), the LM head (a plain
+tensor_parallel.ColumnParallelLinear unless fp8_output_proj with MXFP8, core/models/gpt/
+gpt_model.py L273-277; torchtitan filters "output", components/quantization/float8.md) and
+the embedding (a lookup, no GEMM).
+
+Cast work, HBM-bound, per element of each FP8 GEMM operand (derived here, read from
+Transformer Engine d0067d0 quantizers and cuBLASLt's FP8 layout rule):
+- every recipe reads the BF16 tensor once (2 bytes) and writes the FP8 copies its two
+  GEMMs need: Hopper FP8 tensor-core GEMMs take only the "TN" layout (cuBLASLt FP8
+  requirement), so an operand used in two orientations (activation: fprop and wgrad;
+  output gradient: dgrad and wgrad; weight: fprop and dgrad) is written row-wise and
+  column-wise (TE cast_transpose; MXFP8 also keeps both, its block scales run along K):
+  2 x 1 byte;
+- delayed scaling takes its scale from the amax history and records the amax inside the
+  cast kernel (no extra pass); current scaling (per tensor, and torchao rowwise) computes
+  the amax in a pass of its own before casting (+2 bytes read; TE Float8CurrentScaling
+  Quantizer: compute amax, then scale, then quantize); block scaling computes each block's
+  amax inside the cast and writes one FP32 scale per 128 elements per orientation
+  (2 x 4 / 128 bytes); MXFP8 one E8M0 byte per 32 elements per orientation (2 x 1 / 32).
+The delayed recipe's amax history (Megatron fp8_amax_history_len default 1, L621: 3 FP32
+values per GEMM) is a few bytes per layer and is not counted.
+"""
+from __future__ import annotations
+
+from solver.errors import Problem, SpecError
+from solver.frameworks.profile import FrameworkProfile
+from solver.specs import ComputePrecision
+from topology.spec import GpuSpec
+
+FP8_BYTES = 1
+BF16_READ, FP8_TWO_COPIES = 2.0, 2.0 * FP8_BYTES
+CAST_BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp8-delayed": BF16_READ + FP8_TWO_COPIES,                    # 4: amax fused in the cast
+    "fp8-current": BF16_READ + FP8_TWO_COPIES + BF16_READ,        # 6: separate amax pass
+    "fp8-rowwise": BF16_READ + FP8_TWO_COPIES + BF16_READ,        # 6: per-row amax pass
+    "fp8-blockwise": BF16_READ + FP8_TWO_COPIES + 2 * 4 / 128,    # 4.0625: FP32 scale / 128
+    "mxfp8": BF16_READ + FP8_TWO_COPIES + 2 * 1 / 32,             # 4.0625: E8M0 scale / 32
+}
+# Smallest CUDA compute capability each recipe runs on: Transformer Engine d0067d0,
+# transformer_engine/pytorch/quantization.py L149-185 (per-tensor FP8 >= 8.9, block scaling
+# >= 9.0, MXFP8 >= 10.0 and below 12.0); torchao rowwise needs SM89 (torchtitan float8.py).
+MIN_COMPUTE_CAPABILITY: dict[str, float] = {
+    "fp8-delayed": 8.9, "fp8-current": 8.9, "fp8-rowwise": 8.9, "fp8-blockwise": 9.0, "mxfp8": 10.0}
+MXFP8_MAX_COMPUTE_CAPABILITY = 12.0  # exclusive (TE: "not supported on 12.0+ architectures yet")
+
+
+def is_fp8(precision: ComputePrecision) -> bool:
+    """Whether the linear layers' GEMMs run in FP8."""
+    return precision != "bf16"
+
+
+def check_compute_precision(precision: ComputePrecision, gpu: GpuSpec, fw: FrameworkProfile,
+                            moe: bool = False) -> None:
+    """Refuse an FP8 recipe the framework does not run or the GPU cannot run, and FP8 with
+    MoE layers (their grouped expert GEMMs are costed in BF16 only so far).
+
+    Raises:
+        SpecError: naming training.compute_precision (or cluster.gpu.*) and the reason.
+    """
+    if not is_fp8(precision):
+        return
+    field = "training.compute_precision"
+    if moe:
+        raise SpecError(f"{field}: '{precision}' with MoE layers is not modelled yet (the grouped "
+                        f"expert GEMMs are costed in BF16); plan the MoE model with 'bf16'",
+                        [Problem(field, "FP8 with MoE not modelled")])
+    if precision not in fw.fp8.recipes.value:
+        src = fw.fp8.recipes.sources[0]
+        offered = list(fw.fp8.recipes.value) or "no FP8 recipe"
+        raise SpecError(f"{field}: {fw.name} does not run '{precision}' (it runs {offered}; "
+                        f"{src.repository} {src.path})", [Problem(field, f"not run by {fw.name}")])
+    if gpu.peak_fp8_tflops is None:
+        raise SpecError(f"{field}: '{precision}' needs cluster.gpu.peak_fp8_tflops, which "
+                        f"{gpu.name} does not state (no FP8 tensor cores?)",
+                        [Problem("cluster.gpu.peak_fp8_tflops", "not stated")])
+    _check_capability(precision, gpu)
+
+
+def _check_capability(precision: str, gpu: GpuSpec) -> None:
+    field, need = "training.compute_precision", MIN_COMPUTE_CAPABILITY[precision]
+    cc = gpu.compute_capability
+    if cc is None:
+        if need > 8.9:
+            raise SpecError(f"{field}: '{precision}' needs CUDA compute capability >= {need}; "
+                            f"cluster.gpu.compute_capability is not stated for {gpu.name}",
+                            [Problem("cluster.gpu.compute_capability", "not stated")])
+        return
+    if cc < need or (precision == "mxfp8" and cc >= MXFP8_MAX_COMPUTE_CAPABILITY):
+        where = "Blackwell (compute capability 10.x)" if precision == "mxfp8" else f">= {need}"
+        raise SpecError(f"{field}: '{precision}' runs on {where} only; {gpu.name} has compute "
+                        f"capability {cc:g} (Transformer Engine quantization.py recipe checks)",
+                        [Problem(field, f"not supported on compute capability {cc:g}")])
+
+
+def gemm_operand_elements(tokens: int, sp_rows: float, hidden: int, q_width: int, kv_width: int,
+                          ffn_width: int, gated: bool) -> tuple[float, float, float]:
+    """(activation inputs, output gradients, weights) elements one layer's FP8 GEMMs cast.
+
+    Inputs of QKV and FFN-up are cast on `sp_rows` rows (the sequence shard when the
+    framework casts before the SP all-gather, else all tokens); the attention-output and
+    FFN-down inputs on all tokens. Output gradients: one per GEMM output. Weights: k x n.
+    """
+    up = ffn_width * (2 if gated else 1)
+    qkv = q_width + 2 * kv_width
+    inputs = 2 * sp_rows * hidden + tokens * (q_width + ffn_width)
+    grads = tokens * (qkv + hidden + up + hidden)
+    weights = hidden * qkv + q_width * hidden + hidden * up + ffn_width * hidden
+    return float(inputs), float(grads), float(weights)
+
+
+def saved_input_saving_bytes(rep_rows: float, tokens: float, hidden: int, q_width: float,
+                             ffn_width: float) -> float:
+    """Bytes per layer and micro-batch saved when the four GEMM inputs are kept for backward
+    in FP8 instead of BF16 (1 byte less each; TE linear.py L600-621): QKV and FFN-up inputs
+    (rep_rows rows: the sequence shard with SP), attention-output and FFN-down inputs."""
+    return float((2 - FP8_BYTES) * (2 * rep_rows * hidden + tokens * (q_width + ffn_width)))
