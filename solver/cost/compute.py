@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solver.cost.fp8 import gemm_operand_elements
+from solver.cost.fp8 import Fp8Work, gemm_operand_elements
 from solver.cost.options import AttentionKernel, CostOptions
 from solver.specs import ModelSpec, Recompute
 from topology.spec import GpuSpec
@@ -204,16 +204,6 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
         elementwise_fwd_s=elem_fwd + cast_fwd, elementwise_bwd_s=2.0 * elem_fwd + cast_bwd)
 
 
-@dataclass(frozen=True)
-class Fp8Work:
-    """What an FP8 recipe casts, per the framework (solver.cost.fp8; profile's fp8 section)."""
-
-    cast_bytes_per_element: float  # fp8.CAST_BYTES_PER_ELEMENT[recipe]
-    sp_gather_fp8: bool            # inputs cast on the sequence shard, before the SP all-gather
-    saved_inputs_fp8: bool         # False: backward casts the saved BF16 inputs again
-    weight_cast_per_use: bool      # True: weights cast in every forward and backward
-
-
 def fp8_cast_s(sh: LayerShape, tp: int, sp: bool, w: Fp8Work, hbm_bytes_s: float) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's FP8 casts for one micro-batch.
 
@@ -256,3 +246,23 @@ def embedding_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
     """Token-embedding lookup (write M x h) and its gradient scatter-add (read + write), seconds."""
     tokens = micro_batch * seq_len // cp
     return 3.0 * ACT_BYTES * tokens * model.hidden / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
+
+
+def linear_weights_on_rank(model: ModelSpec, tp: int, pp: int) -> float:
+    """Linear-layer weight elements of the transformer layers on one rank (L / pp layers,
+    each GEMM's k x n at this TP): the weights FP8 GEMMs use."""
+    sh = layer_shape(model, 1, tp, 1, 1)
+    weights = gemm_operand_elements(0, 0, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)[2]
+    return weights * model.layers / pp
+
+
+def fp8_weight_cast_s(model: ModelSpec, gpu: GpuSpec, opts: CostOptions, w: Fp8Work | None,
+                      tp: int, pp: int) -> float:
+    """Once-per-step cast of the rank's linear weights to their FP8 copies, seconds: the
+    frameworks that cache FP8 weights across micro-batches (profile fp8.weight_cast
+    'per_step': Transformer Engine re-quantizes on the first micro-batch only); 0 for BF16
+    and for per-use casting (charged per micro-batch in fp8_cast_s)."""
+    if w is None or w.weight_cast_per_use:
+        return 0.0
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    return w.cast_bytes_per_element * linear_weights_on_rank(model, tp, pp) / hbm

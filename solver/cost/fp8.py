@@ -31,6 +31,8 @@ values per GEMM) is a few bytes per layer and is not counted.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from solver.errors import Problem, SpecError
 from solver.frameworks.profile import FrameworkProfile
 from solver.specs import ComputePrecision
@@ -51,6 +53,25 @@ CAST_BYTES_PER_ELEMENT: dict[str, float] = {
 MIN_COMPUTE_CAPABILITY: dict[str, float] = {
     "fp8-delayed": 8.9, "fp8-current": 8.9, "fp8-rowwise": 8.9, "fp8-blockwise": 9.0, "mxfp8": 10.0}
 MXFP8_MAX_COMPUTE_CAPABILITY = 12.0  # exclusive (TE: "not supported on 12.0+ architectures yet")
+
+
+@dataclass(frozen=True)
+class Fp8Work:
+    """What an FP8 recipe casts, per the framework (solver.cost.fp8; profile's fp8 section)."""
+
+    cast_bytes_per_element: float  # CAST_BYTES_PER_ELEMENT[recipe]
+    sp_gather_fp8: bool            # inputs cast on the sequence shard, before the SP all-gather
+    saved_inputs_fp8: bool         # False: backward casts the saved BF16 inputs again
+    weight_cast_per_use: bool      # True: weights cast in every forward and backward
+
+
+def fp8_work(precision: ComputePrecision, fw: FrameworkProfile) -> Fp8Work | None:
+    """What the recipe casts under this framework's FP8 semantics (None: BF16 GEMMs)."""
+    if not is_fp8(precision):
+        return None
+    f = fw.fp8
+    return Fp8Work(CAST_BYTES_PER_ELEMENT[precision], f.sp_gather_fp8.value, f.saved_inputs_fp8.value,
+                   f.weight_cast.value == "per_use")
 
 
 def is_fp8(precision: ComputePrecision) -> bool:

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solver.cost.accounting import StateBytes
-from solver.cost.compute import ACT_BYTES, dropout_on
+from solver.cost.compute import ACT_BYTES, dropout_on, linear_weights_on_rank
 from solver.cost.options import AttentionKernel
 from solver.cost.fp8 import FP8_BYTES, saved_input_saving_bytes
 from solver.cost.state import framework_state_bytes, gathered_weight_bytes
-from solver.cost.terms import CostContext, fp8_linear_weights_on_rank, layers_on_rank
+from solver.cost.terms import CostContext, layers_on_rank
 from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
 
@@ -110,7 +110,7 @@ def fp8_weight_copy_bytes(ctx: CostContext, *, tp: int, pp: int) -> float:
     w = ctx.fp8_work
     if w is None or w.weight_cast_per_use:
         return 0.0
-    return 2.0 * FP8_BYTES * fp8_linear_weights_on_rank(ctx, tp=tp, pp=pp)
+    return 2.0 * FP8_BYTES * linear_weights_on_rank(ctx.model, tp, pp)
 
 
 def _selective_policy(ctx: CostContext) -> SelectivePolicy:

@@ -17,9 +17,7 @@ from solver.cost.accounting import ParameterCounts, parameter_counts
 from solver.cost.communication import (
     allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
 )
-from solver.cost.fp8 import (
-    CAST_BYTES_PER_ELEMENT, FP8_BYTES, check_compute_precision, gemm_operand_elements, is_fp8,
-)
+from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
 from solver.frameworks import FrameworkProfile, load_framework
 from solver.errors import Problem, SpecError
@@ -43,8 +41,8 @@ class CostContext:
 
     def __post_init__(self) -> None:
         refuse_uncovered(self.model)
-        check_compute_precision(self.training.compute_precision, self.cluster.gpu,
-                                load_framework(self.training.framework), moe=self.model.moe is not None)
+        check_compute_precision(self.training.compute_precision, self.cluster.gpu, self.framework,
+                                moe=self.model.moe is not None)
 
     @cached_property
     def framework(self) -> FrameworkProfile:
@@ -52,14 +50,9 @@ class CostContext:
         return load_framework(self.training.framework)
 
     @cached_property
-    def fp8_work(self) -> C.Fp8Work | None:
+    def fp8_work(self) -> Fp8Work | None:
         """What the FP8 recipe casts under this framework (None: BF16 GEMMs)."""
-        precision = self.training.compute_precision
-        if not is_fp8(precision):
-            return None
-        f = self.framework.fp8
-        return C.Fp8Work(CAST_BYTES_PER_ELEMENT[precision], f.sp_gather_fp8.value,
-                         f.saved_inputs_fp8.value, f.weight_cast.value == "per_use")
+        return fp8_work(self.training.compute_precision, self.framework)
 
     @cached_property
     def params(self) -> ParameterCounts:
@@ -132,9 +125,8 @@ def layer_tp_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: 
     of QKV and FFN-up (Megatron async TP all-reduce). With SP (Korthikanti et al. 2022,
     Sec. 4.2.2): forward 2 all-gathers + 2 reduce-scatters; backward 2 all-gathers before
     the row-parallel GEMMs (exposed), 2 reduce-scatters and 2 input re-gathers overlapped
-    with the column-parallel GEMMs. Full recompute repeats the forward collectives. Under an
-    FP8 recipe whose framework casts before the SP all-gather (profile fp8.sp_gather_fp8:
-    Transformer Engine gathers the quantized input, module/linear.py L380-411) the two
+    with the column-parallel GEMMs. Full recompute repeats the forward collectives. FP8 with
+    fp8.sp_gather_fp8 (TE gathers the quantized input, module/linear.py L380-411): the two
     forward all-gathers move 1-byte values; gradients and reduce-scatters stay BF16.
     """
     if tp == 1:
@@ -399,27 +391,8 @@ def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: Z
         shard += (ctx.params.total - dense) / (ep * e_tp * pp) / (edp if zero >= 1 else 1)
     per_param = 2 * rec.grad_bytes + 2 * rec.optimizer_bytes_per_param + 2 * rec.weight_bytes
     hbm = ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction
-    return shard * per_param / hbm + fp8_weight_cast_s(ctx, tp=tp, pp=pp)
-
-
-def fp8_linear_weights_on_rank(ctx: CostContext, *, tp: int, pp: int) -> float:
-    """Linear-layer weight elements of the transformer layers on one rank (L / pp layers,
-    each GEMM's k x n at this TP): the weights FP8 GEMMs use."""
-    sh = C.layer_shape(ctx.model, ctx.seq_len, tp, 1, 1)
-    weights = gemm_operand_elements(0, 0, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)[2]
-    return weights * ctx.model.layers / pp
-
-
-def fp8_weight_cast_s(ctx: CostContext, *, tp: int, pp: int) -> float:
-    """Once-per-step cast of the rank's linear weights to their FP8 copies, seconds: the
-    frameworks that cache FP8 weights across micro-batches (profile fp8.weight_cast
-    'per_step': Transformer Engine re-quantizes on the first micro-batch only); 0 for BF16
-    and for per-use casting (charged per micro-batch in compute.fp8_cast_s)."""
-    w = ctx.fp8_work
-    if w is None or w.weight_cast_per_use:
-        return 0.0
-    hbm = ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction
-    return w.cast_bytes_per_element * fp8_linear_weights_on_rank(ctx, tp=tp, pp=pp) / hbm
+    return shard * per_param / hbm + C.fp8_weight_cast_s(ctx.model, ctx.cluster.gpu, ctx.options,
+                                                          ctx.fp8_work, tp, pp)
 
 
 def layers_on_rank(layers: int, pp: int, vpp: int) -> int:

@@ -13,7 +13,7 @@ from topology.spec import GpuSpec
 
 GPU = GpuSpec(name="g", memory_gb=80, peak_tflops=1000, hbm_gb_s=1000, peak_fp8_tflops=2000,
               compute_capability=9.0)
-O = CostOptions(gemm_peak_fraction=0.8, fp8_gemm_peak_fraction=0.5, hbm_fraction=0.5,
+OPTS = CostOptions(gemm_peak_fraction=0.8, fp8_gemm_peak_fraction=0.5, hbm_fraction=0.5,
                 gemm_concurrent_tiles=132)
 DELAYED_TE = Fp8Work(cast_bytes_per_element=4.0, sp_gather_fp8=True, saved_inputs_fp8=True,
                      weight_cast_per_use=False)
@@ -26,12 +26,12 @@ def test_fp8_gemm_time_uses_fp8_peak_and_its_own_fraction():
     # FP8: 2 * 8192^3 = 1.0995e12 FLOPs / (2000e12 x 0.5 x 4096/4224) = 1.1339e-3 s;
     # BF16: / (1000e12 x 0.8 x 4096/4224) = 1.4173e-3 s, i.e. FP8 is 1.6x faster here.
     flops = 2 * 8192**3
-    assert gemm_time_s(8192, 8192, 8192, GPU, O, fp8=True) == pytest.approx(
+    assert gemm_time_s(8192, 8192, 8192, GPU, OPTS, fp8=True) == pytest.approx(
         flops / (2000e12 * 0.5 * 4096 / 4224))
-    assert gemm_time_s(8192, 8192, 8192, GPU, O) == pytest.approx(flops / (1000e12 * 0.8 * 4096 / 4224))
+    assert gemm_time_s(8192, 8192, 8192, GPU, OPTS) == pytest.approx(flops / (1000e12 * 0.8 * 4096 / 4224))
     # A skinny GEMM is HBM bound with 1-byte inputs and a BF16 output:
     # (16 x 8192 + 8192 x 8192) x 1 + 16 x 8192 x 2 = 67,502,080 bytes / (1000e9 x 0.5).
-    assert gemm_time_s(16, 8192, 8192, GPU, O, fp8=True) == pytest.approx(67_502_080 / 500e9)
+    assert gemm_time_s(16, 8192, 8192, GPU, OPTS, fp8=True) == pytest.approx(67_502_080 / 500e9)
 
 
 def test_cast_overhead_of_one_layer_by_hand():
@@ -41,8 +41,8 @@ def test_cast_overhead_of_one_layer_by_hand():
     # output gradients cast backward: 1024 x (3072 + 1024 + 4096 + 1024) = 9,437,184.
     # Delayed scaling, 4 bytes per element (2 read + 2 x 1 written), HBM 1000 GB/s x 0.5:
     # forward 29,360,128 B / 5e11 = 5.8720e-5 s; backward 37,748,736 B / 5e11 = 7.5497e-5 s.
-    bf16 = layer_times(SMALL, 1024, "flash", GPU, O, 1, 1, False, 1)
-    fp8 = layer_times(SMALL, 1024, "flash", GPU, O, 1, 1, False, 1, DELAYED_TE)
+    bf16 = layer_times(SMALL, 1024, "flash", GPU, OPTS, 1, 1, False, 1)
+    fp8 = layer_times(SMALL, 1024, "flash", GPU, OPTS, 1, 1, False, 1, DELAYED_TE)
     assert fp8.elementwise_fwd_s - bf16.elementwise_fwd_s == pytest.approx(29_360_128 / 5e11)
     assert fp8.elementwise_bwd_s - bf16.elementwise_bwd_s == pytest.approx(37_748_736 / 5e11)
     assert fp8.attn_fwd_s == bf16.attn_fwd_s  # the attention core stays BF16
@@ -50,7 +50,7 @@ def test_cast_overhead_of_one_layer_by_hand():
     # again in backward and the 1024 x 3072 + 1024 x 1024 + 1024 x 4096 + 4096 x 1024
     # = 12,582,912 weight elements both ways.
     torchao = Fp8Work(6.0, False, False, True)
-    t = layer_times(SMALL, 1024, "flash", GPU, O, 1, 1, False, 1, torchao)
+    t = layer_times(SMALL, 1024, "flash", GPU, OPTS, 1, 1, False, 1, torchao)
     assert t.elementwise_fwd_s - bf16.elementwise_fwd_s == pytest.approx(6 * (7_340_032 + 12_582_912) / 5e11)
     assert t.elementwise_bwd_s - bf16.elementwise_bwd_s == pytest.approx(
         6 * (9_437_184 + 7_340_032 + 12_582_912) / 5e11)
