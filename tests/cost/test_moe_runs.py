@@ -1,0 +1,91 @@
+"""benchmarks/data/moe_runs.jsonl: published MoE training runs and the MoE accuracy benchmark.
+
+Every row is a published run (its `source`: repository, file, commit and table) with every
+choice the source did not print in `assumed`; rows load as specs, fit their cluster, and the
+benchmark either scores them, reports the cost model's refusal, or (FP8 runs) holds them as
+pending until the training spec can state an FP8 recipe. Issue 13's target: median |error|
+<= 8%, max <= 20% on the scored runs.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.moe_accuracy import MOE_CASES, TARGET, evaluate, load_row
+from solver.errors import PlannerError
+
+
+@pytest.fixture(scope="module")
+def report():
+    return evaluate(MOE_CASES)
+
+
+def rows():
+    return [json.loads(t) for t in MOE_CASES.read_text().splitlines() if t.strip()]
+
+
+def test_moe_runs_are_published_moe_runs_that_load():
+    data = rows()
+    assert len({r["id"] for r in data}) == len(data)
+    bf16 = [r for r in data if r["published_precision"] == "bf16"]
+    assert len(bf16) >= 8 and len(data) - len(bf16) >= 8
+    for r in data:
+        load_row(r)  # keys, precision, measured step time, specs, layout x cluster
+        assert r["model"]["moe"] is not None, r["id"]
+        assert r["confidence"] in ("high", "medium", "low"), r["id"]
+        assert "commit" in r["source"], r["id"]
+        if r["measured"]["step_time_is_derived"]:  # throughput rows show their arithmetic
+            assert any(a.startswith("arithmetic:") for a in r["assumed"]), r["id"]
+
+
+def test_derived_step_time_by_hand():
+    # Megatron-Bridge 25.11 DGX-GB200 DeepSeekV3 BF16: 3139 tokens/s/GPU on 256 GPUs, GBS 4096
+    # x 4096 tokens -> 16,777,216 / (3139 x 256 = 803,584 tokens/s) = 20.878 s per step.
+    row = next(r for r in rows() if r["id"] == "mbridge2511_dsv3_gb200_bf16_256")
+    assert row["measured"]["step_time_s"] == pytest.approx(20.878, abs=1e-3)
+
+
+def test_every_row_is_scored_refused_or_pending_never_malformed(report):
+    assert report["errors"] == []
+    for case in report["cases"]:
+        assert case["status"] in ("scored", "refused", "pending"), case
+        if case["status"] != "scored":
+            assert case["reason"], case  # a refusal names the unmodelled field
+
+
+def test_scored_bf16_runs_meet_the_issue_13_target(report):
+    summary = report["bf16"]
+    if summary["scored"] == 0:
+        pytest.skip("the cost model refuses MoE models on this commit (no MoE step-time terms yet)")
+    assert summary["scored"] >= 8
+    assert summary["median_abs_error"] <= TARGET["median_abs_error"]
+    assert summary["max_abs_error"] <= TARGET["max_abs_error"]
+
+
+def _write(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_malformed_rows_are_errors_and_fp8_rows_wait_for_a_recipe(tmp_path):
+    good = rows()[0]
+    fp8 = next(r for r in rows() if r["published_precision"] != "bf16")
+    no_step = {**good, "id": "x", "measured": {"step_time_s": 0}}
+    bad_precision = {**good, "id": "y", "published_precision": "fp4"}
+    path = _write(tmp_path, [json.dumps(good), json.dumps(fp8), json.dumps(no_step),
+                             json.dumps(bad_precision), "{not json"])
+    report = evaluate(path)
+    assert [c["id"] for c in report["cases"]] == [good["id"], fp8["id"]]
+    assert report["cases"][1]["status"] == "pending"
+    assert "compute_precision" in report["cases"][1]["reason"]
+    assert [e["line"] for e in report["errors"]] == [3, 4, 5]
+    assert "measured.step_time_s" in report["errors"][0]["errors"][0]
+    assert "published_precision" in report["errors"][1]["errors"][0]
+
+
+def test_a_layout_that_does_not_match_its_cluster_is_refused_by_name():
+    row = {**rows()[0]}
+    row["layout"] = {**row["layout"], "dp": row["layout"]["dp"] // 2}
+    with pytest.raises(PlannerError, match="layout"):
+        load_row(row)
