@@ -82,6 +82,13 @@ def _pending_reason(row: dict[str, Any]) -> str | None:
     return None
 
 
+def _is_refusal(exc: SpecError) -> bool:
+    """A refusal of the cost model names only model fields it does not cover (model.mla,
+    model.mtp_layers, ...: solver.model_parts.refuse_unmodelled); any other SpecError is a
+    malformed row."""
+    return bool(exc.problems) and all(p.field.startswith("model.") for p in exc.problems)
+
+
 def evaluate_row(row: Any, fallback_id: str) -> dict[str, Any]:
     """One case: its status and, when scored, measured / predicted step time and error.
 
@@ -97,7 +104,9 @@ def evaluate_row(row: Any, fallback_id: str) -> dict[str, Any]:
         return {**out, "status": "pending", "reason": pending}
     try:
         result = validate_case(row, fallback_id)
-    except SpecError as exc:  # a refusal names the unmodelled field (model.moe, model.mla, ...)
+    except SpecError as exc:
+        if not _is_refusal(exc):
+            raise
         return {**out, "status": "refused", "reason": exc.message}
     return {**out, "status": "scored", "predicted_step_time_s": result.predicted_step_time_s,
             "error": result.error, "predicted_mfu": result.predicted_mfu, "fits": result.fits,
