@@ -66,6 +66,12 @@ def add_format(p: argparse.ArgumentParser, default: str, choices: tuple[str, ...
                    help=f"output format: {', '.join(choices)} (default: {default})")
 
 
+def print_warnings(result: dict) -> None:
+    """Sanity warnings (solver.sanity) on stderr, one 'warning:' line each; the result keeps them too."""
+    for w in result.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+
+
 def emit(result: dict, fmt: str, render_md) -> None:
     """Print a result as JSON or Markdown."""
     if fmt == "json":

@@ -1,17 +1,20 @@
-"""Markdown renderers for the plan and estimate JSON (shaped like reference/seed-70b-plan.md).
+"""Markdown renderer for the plan JSON (shaped like reference/seed-70b-plan.md); the
+estimate's is service.render_estimate.
 
 They only format numbers already in the result; no arithmetic beyond unit conversion
-(GB = 1e9 bytes, hours = s / 3600, days = s / 86400).
+(GB = 1e9 bytes, GiB = 2^30 bytes, hours = s / 3600, days = s / 86400). Sections are
+written as '## Title' / '### Title' and numbered in order by number_sections, so the
+numbering stays consistent when a section is added or left out.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from service.render_bands import band_note, interval
-
-
-def _gb(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e9:,.1f} GB"
+from service.render_text import (
+    CAPACITY_BASIS, GB_NOTE, MFU_HEAD, capacity_text, gb as _gb, layout_words, mfu_cells, mfu_text,
+)
 
 
 def _b(x: float) -> str:
@@ -38,12 +41,12 @@ def _parameters(p: dict[str, Any]) -> list[str]:
         ["final norm", f"{c['final_norm']:,}"],
         ["**total**", f"**{p['total']:,}** ({_b(p['total'])})"],
     ]
-    return ["## 1. Parameters", ""] + md_table(["component", "parameters"], rows)
+    return ["## Parameters", ""] + md_table(["component", "parameters"], rows)
 
 
 def _memory(m: dict[str, Any]) -> list[str]:
     c, bpp = m["by_component"], m["bytes_per_parameter"]
-    return ["", "## 2. Model-state memory", "",
+    return ["", "## Model-state memory", "", f"Memory in GB ({GB_NOTE}).", "",
             f"- weights: {bpp['weights']} B/param -> {_gb(c['weights'])}",
             f"- gradients: {bpp['gradients']} B/param -> {_gb(c['gradients'])}",
             f"- optimizer: {bpp['optimizer']} B/param -> {_gb(c['optimizer'])}",
@@ -53,33 +56,36 @@ def _memory(m: dict[str, Any]) -> list[str]:
 
 def _compute(f: dict[str, Any], t: dict[str, Any]) -> list[str]:
     cost = "" if t["cost"] is None else f"; cost {t['cost']:,.0f} at {t['price_per_gpu_hour']:g}/GPU-hour"
-    return ["", "## 3. Training FLOPs", "",
+    return ["", "## Training FLOPs", "",
             f"- parameter matmuls 6 N T: {f['parameter_matmul']:.3e}",
             f"- attention 12 S T (H dh) L ({f['attention_convention']}): {f['attention']:.3e}",
             f"- **total: {f['total']:.3e}** (non-causal {f['total_non_causal']:.3e}; "
             f"causal {f['total_causal']:.3e})",
-            "", f"## 4. Wall time at {t['assumed_mfu']:.0%} MFU", "",
+            "", f"## Wall time at {t['assumed_mfu']:.0%} MFU "
+            f"({t.get('mfu_attention_convention', f['attention_convention'])} attention FLOPs)", "",
             f"{f['total']:.3e} / ({t['gpus']} GPUs x {t['cluster_peak_flops'] / t['gpus']:.3e} FLOP/s "
             f"x {t['assumed_mfu']:g}) = **{t['wall_s']:,.0f} s = {t['days']:.2f} days**",
-            "", "## 5. GPU-hours", "",
+            "", "## GPU-hours", "",
             f"**{t['gpu_hours']:,.0f} GPU-hours**{cost}, before failed runs, evaluation, "
             "checkpoints and recovery."]
 
 
-def _lay(d: dict[str, Any]) -> str:
-    extra = (f" CP{d['cp']}" if d["cp"] > 1 else "") + (f" VPP{d['vpp']}" if d["vpp"] > 1 else "")
-    return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']}{extra} ZeRO-{d['zero_stage']}"
-            f"{' SP' if d['sequence_parallel'] else ''} mb{d['micro_batch']} {d['recompute']}"
-            + (f" order {d['rank_order']}" if d.get("rank_order", "tp-cp-dp-pp") != "tp-cp-dp-pp" else "")
-            + (f" [{d['framework']}]" if d.get("framework") else ""))
+_lay = layout_words
+
+
+def capacity_line(plan: dict[str, Any]) -> str:
+    """'GPU memory 80 GB (74.5 GiB) per GPU; GB = 1e9 bytes ...; capacity basis'."""
+    cap = plan["inputs"]["cluster"]["gpu"]["memory_gb"] * 1e9
+    return f"GPU memory {capacity_text(cap)} per GPU ({GB_NOTE}); {CAPACITY_BASIS}."
 
 
 def _ladder(plan: dict[str, Any]) -> list[str]:
     lad = plan["ladder"]
-    out = ["", "## 6. First parallel layout", "", "### The seed's ladder (model state only)", ""]
+    out = ["", "## First parallel layout", "", capacity_line(plan), "",
+           "### The seed's ladder (model state only)", ""]
     if "rungs" not in lad:
         return out + [f"No ladder rung fits: {lad.get('infeasible', '')}"]
-    rows = [[f"TP{r['tp']} PP{r['pp']} DP{r['dp']}", f"ZeRO-{r['zero_stage']}",
+    rows = [[f"TP {r['tp']} · PP {r['pp']} · DP {r['dp']}", f"ZeRO-{r['zero_stage']}",
              _gb(r["memory_per_gpu_bytes"]["weights"]), _gb(r["memory_per_gpu_bytes"]["gradients"]),
              _gb(r["memory_per_gpu_bytes"]["optimizer"]), _gb(r["memory_per_gpu_bytes"]["total"]),
              _gb(r["memory_free_bytes"]), "yes" if r["fits"] else "no"] for r in lad["rungs"]]
@@ -89,7 +95,7 @@ def _ladder(plan: dict[str, Any]) -> list[str]:
             "of memory for activations:", ""]
     out += md_table(["layout", "ZeRO", "weights/GPU", "grads/GPU", "optimizer/GPU",
                    "model state/GPU", "left", "fits"], rows)
-    out += ["", f"Ladder choice: TP{lad['tp']} PP{lad['pp']} DP{lad['dp']} "
+    out += ["", f"Ladder choice: TP {lad['tp']} · PP {lad['pp']} · DP {lad['dp']} · "
             f"ZeRO-{lad['chosen_zero_stage']}, {_gb(lad['memory_left_bytes'])} left after model "
             "state. If activations do not fit: "
             + "; ".join(f"{i}. {s}" for i, s in enumerate(lad["if_activations_do_not_fit"], 1)) + "."]
@@ -113,17 +119,17 @@ def _ranked(plan: dict[str, Any]) -> list[str]:
     if s.get("band_sentence"):
         out += ["", s["band_sentence"]]
     rows = [[i, layout_gpus(d), _lay(d), f"{d['step_time_s']:.3f}", interval(d, "step_time_s", ".3f"),
-             f"{d['mfu']:.1%}", _gb(d["memory_per_gpu_bytes"]["total"]), "tied" if d.get("tied_with_best") else "",
+             *mfu_cells(d), _gb(d["memory_per_gpu_bytes"]["total"]), "tied" if d.get("tied_with_best") else "",
              "yes" if d.get("within_band_of_best") else ""]
             for i, d in enumerate(lays, 1)]
-    out += [""] + md_table(["rank", "GPUs", "layout", "step s", "step s, 80% band", "MFU", "memory/GPU",
-                            "tied", "within band of best"], rows)
+    out += [""] + md_table(["rank", "GPUs", "layout", "step time (s)", "step time, 80% band (s)", *MFU_HEAD,
+                            "memory per GPU", "tied", "within band of best"], rows)
     p = plan["prediction"]
-    parts = ", ".join(f"{k} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
-    mem = ", ".join(f"{k} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in p["time_breakdown_s"].items() if v >= 0.005)
+    mem = ", ".join(f"{k.replace('_', ' ')} {_gb(v)}" for k, v in p["memory_per_gpu_bytes"].items() if k != "total")
     out += ["", f"**Recommended: {_lay(lays[0])}**: {p['step_time_s']:.2f} s per step "
-            f"({interval(p, 'step_time_s')} s), MFU {p['mfu']:.1%} ({interval(p, 'mfu', '.1%')}; HFU "
-            f"{p['hfu']:.1%}), {p['tokens_per_s']:,.0f} tokens/s ({interval(p, 'tokens_per_s', ',.0f')}).",
+            f"({interval(p, 'step_time_s')} s), MFU {mfu_text(p, extra='80% band ' + interval(p, 'mfu', '.1%'))}, "
+            f"HFU {p['hfu']:.1%}, {p['tokens_per_s']:,.0f} tokens/s ({interval(p, 'tokens_per_s', ',.0f')}).",
             f"- time per step: {parts}",
             f"- memory per GPU: {mem}; total {_gb(p['memory_per_gpu_bytes']['total'])}"
             + (f" ({lays[0]['framework']} recipe: {lays[0]['memory_recipe']})" if lays[0].get("memory_recipe") else "")]
@@ -142,13 +148,13 @@ def _versus(plan: dict[str, Any]) -> list[str]:
     rank = (f"ranks {c['rank_min']:,}" + (f"-{c['rank_max']:,}" if c["rank_max"] != c["rank_min"] else "")
             + f" of {c['fitting_layouts']:,} fitting layouts") if "rank_min" in c else (
                 c.get("rank_note") or "does not fit")
-    why = ", ".join(f"{w['component']} {w['seconds']:+.2f} s" for w in c["why"])
+    why = ", ".join(f"{w['component'].replace('_', ' ')} {w['seconds']:+.2f} s" for w in c["why"])
     m = c["memory_per_gpu_bytes"]
-    parts = ", ".join(f"{k} {v:.2f} s" for k, v in c["time_breakdown_s"].items() if v >= 0.005)
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in c["time_breakdown_s"].items() if v >= 0.005)
     spare = (f"; {_gb(c['memory_headroom_bytes'])} to spare after reserving "
              f"{c['memory_margin_reserved_fraction']:.0%} of memory as margin") if "memory_headroom_bytes" in c else ""
     out = ["", f"**The ladder's choice ({_lay(c['layout'])})** {rank}: {c['step_time_s']:.2f} s per "
-            f"step, MFU {c['mfu']:.1%}, {c['slower_than_best']:+.1%} against the best; "
+            f"step, MFU {mfu_text(c)}, {c['slower_than_best']:+.1%} against the best; "
             f"{_gb(m['total'])} per GPU ({_gb(m['activations'])} activations) — "
             f"{'fits' if c['fits'] else 'does not fit'}{spare}. Time per step: {parts}. "
             f"Where it loses or gains against the best: {why}."]
@@ -165,7 +171,7 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     note = "" if b["tokens_per_step"] == b["target_tokens_per_step"] else (
         f" (target was {b['target_tokens_per_step']:,}: retune learning rate and warmup)")
     steps = "n/a" if b["steps"] is None else f"{b['steps']:,}"
-    return ["", "## 7. Global batch", "",
+    return ["", "## Global batch", "",
             f"{b['dp']} DP x {b['micro_batch']} x {b['grad_accum']} accumulation x {b['seq_len']:,} "
             f"= **{b['tokens_per_step']:,} tokens per step**{note}; **{steps} steps**. "
             "Tensor- and context-parallel ranks work on the same sequences.",
@@ -176,8 +182,9 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
             "reduction tail after backward is exposed communication."]
 
 
-GRID_HEAD = ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO", "micro-batch", "recompute", "accum",
-             "tokens/step", "state/GPU", "memory/GPU", "predicted step", "predicted MFU", "note"]
+GRID_HEAD = ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO", "micro-batch", "recompute", "accumulation",
+             "tokens per step", "model state per GPU", "memory per GPU", "predicted step time",
+             "predicted " + MFU_HEAD[0], "predicted " + MFU_HEAD[1], "note"]
 
 
 def grid_cells(g: dict[str, Any]) -> list[Any]:
@@ -193,13 +200,13 @@ def grid_cells(g: dict[str, Any]) -> list[Any]:
             g.get("recompute") or "-", count("grad_accum"), count("tokens_per_step"),
             _gb(g.get("model_state_per_gpu_bytes")), _gb(g.get("memory_per_gpu_bytes")),
             "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
-            "-" if g.get("mfu") is None else f"{g['mfu']:.1%}", g.get("note")]
+            *mfu_cells(g), g.get("note")]
 
 
 def _stages(plan: dict[str, Any]) -> list[str]:
     s1, s2, s3, s4 = plan["validation_stages"]
     e = s1["expect"]
-    out = ["", "## 8. Validation stages", "",
+    out = ["", "## Validation stages", "",
            f"**Stage 1, {s1['name']}** ({s1['gpus']} GPUs): expect {e['parameters']:,} parameters, "
            f"{e['flops_per_step']:.3e} FLOPs per step"
            + ("" if s1["full_model_fits_one_node"] else " (the full model does not fit one node: "
@@ -277,14 +284,25 @@ def _check_line(c: dict[str, Any]) -> str:
     if "threshold" in c:
         return f"{who}{c['check']}: below {c['threshold']:.1%} means {c['signal']}."
     if "if_lower" in c:
-        alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
-                         for x in c["if_lower"])
-        pred = "" if c.get("predicted_mfu") is None else f", predicted {c['predicted_mfu']:.1%}"
-        return f"{c['check']} (assumed {c['assumed_mfu']:.0%} on all GPUs{pred}): {alts}."
+        return _mfu_check(c)
     if "tokens_per_step" in c:
         return (f"{who}{c['check']}: {c['tokens_per_step']:,} vs target "
                 f"{c['target_tokens_per_step']:,} tokens; {c['signal']}.")
     return f"{who}{c['check']}: {c['signal']}."
+
+
+def _mfu_check(c: dict[str, Any]) -> str:
+    """'MFU below assumption (assumed 50% on all GPUs, predicted 55.6%; non-causal attention
+    FLOPs, causal: predicted 51.9%): at 40%: ...'."""
+    alts = "; ".join(f"at {x['mfu']:.0%}: {x['days']:.1f} days, {x['gpu_hours']:,.0f} GPU-hours"
+                     for x in c["if_lower"])
+    conv = c.get("mfu_attention_convention", "non-causal")
+    pred = "" if c.get("predicted_mfu") is None else f", predicted {c['predicted_mfu']:.1%}"
+    other = "causal" if conv == "non-causal" else "non-causal"
+    value = c.get(f"predicted_mfu_{other.replace('-', '')}")
+    alt = "" if value is None else f", {other}: predicted {value:.1%}"
+    return (f"{c['check']} (assumed {c['assumed_mfu']:.0%} on all GPUs{pred}; {conv} attention "
+            f"FLOPs{alt}): {alts}.")
 
 
 def failure_lines(checks: list[dict[str, Any]]) -> list[str]:
@@ -302,45 +320,34 @@ def _assumptions(items: list[str]) -> list[str]:
     return ["", "## Assumptions", ""] + [f"- {a}" for a in items]
 
 
+def number_sections(lines: list[str]) -> list[str]:
+    """'## Title' -> '## 1. Title', '### Title' -> '### 1.1 Title', in order of appearance."""
+    out, major, minor = [], 0, 0
+    for line in lines:
+        m = re.match(r"(#{2,3}) (.*)", line)
+        if m and m.group(1) == "##":
+            major, minor = major + 1, 0
+            line = f"## {major}. {m.group(2)}"
+        elif m:
+            minor += 1
+            line = f"### {major}.{minor} {m.group(2)}"
+        out.append(line)
+    return out
+
+
+def _warnings(items: list[str]) -> list[str]:
+    """Sanity warnings (solver.sanity) first, where they are seen: they are not a section."""
+    return [f"**Warning**: {w}." if not w.endswith(".") else f"**Warning**: {w}" for w in items] + (
+        [""] if items else [])
+
+
 def render_plan(plan: dict[str, Any]) -> str:
-    """The whole plan as Markdown, in the seed's order."""
+    """The whole plan as Markdown, in the seed's order, sections numbered."""
     i = plan["inputs"]
     head = [f"# Training plan: {i['model']['name']} on {i['cluster']['name']} "
-            f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""]
-    lines = (head + _parameters(plan["parameters"]) + _memory(plan["memory"])
+            f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""] + _warnings(plan.get("warnings", []))
+    lines = (_parameters(plan["parameters"]) + _memory(plan["memory"])
              + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
              + _risk(plan) + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
-    return "\n".join(lines)
-
-
-def render_estimate(est: dict[str, Any]) -> str:
-    """One layout's accounting and predicted step time / memory as Markdown."""
-    lay, m, c = est["layout"], est["memory_per_gpu_bytes"], est["communication"]
-    desc = ", ".join(f"{k}={v}" for k, v in lay.items())
-    rows = [[k, _gb(v)] for k, v in m.items()]
-    out = [f"# Estimate: {desc} ({est['gpus']} GPUs, {est.get('framework', 'megatron-core')})", ""]
-    out += [f"**NOT RUNNABLE in {est['framework']}**: {v['reason']} ({v['rule']}; "
-            f"{v['sources'][0]['repository']} {v['sources'][0]['path']} @ {v['sources'][0]['commit'][:10]})"
-            for v in est.get("framework_violations", [])] + ([""] if est.get("framework_violations") else [])
-    if est.get("memory_recipe"):
-        out += [f"Memory recipe: {est['memory_recipe']['mode']} "
-                f"({est['memory_recipe']['bytes_per_param']:.2f} B/param of model state)", ""]
-    if "step_time_s" in est:
-        t = est["time_breakdown_s"]
-        out += [f"**{est['step_time_s']:.3f} s per step** ({interval(est, 'step_time_s', '.3f')} s), MFU "
-                f"{est['mfu']:.1%} ({interval(est, 'mfu', '.1%')}), HFU {est['hfu']:.1%}, "
-                f"{est['tokens_per_s']:,.0f} tokens/s ({interval(est, 'tokens_per_s', ',.0f')}); "
-                f"memory total {interval(est, 'memory_total_bytes', '.1f', 1e9)} GB", ""]
-        note = band_note(est)
-        out += [note, ""] if note else []
-        out += md_table(["time per step", "seconds"], [[k, f"{v:.3f}"] for k, v in t.items()]) + [""]
-    out += md_table(["memory per GPU", "bytes"], rows)
-    return "\n".join(out + [
-        "", f"- capacity {_gb(est['memory_capacity_bytes'])}, left {_gb(est['memory_free_bytes'])}: "
-            f"**{'fits' if est['fits'] else 'does not fit'}**",
-        f"- DP gradient-sync lower bound: {c['dp_grad_sync_lower_bound_s']:.3f} s "
-        f"({c['dp_ranks']} ranks at {c['dp_bandwidth_gb_s']:g} GB/s)",
-        f"- batch: {est['batch']['tokens_per_step']:,} tokens per step, "
-        f"{est['batch']['grad_accum']} accumulation steps"]
-        + [f"- **warning**: {w}" for w in est.get("warnings", [])])
+    return "\n".join(head + number_sections(lines))

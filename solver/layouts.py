@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from solver.cost.bands import with_bands
-from solver.cost.estimate import estimate_layout
+from solver.cost.estimate import MFU_KEYS, estimate_layout
 from solver.frameworks.profile import DEFAULT_FRAMEWORK
 from solver.errors import InfeasibleError
 from solver.plan import estimate_accounting, ladder_layouts, layout_fields
@@ -67,7 +67,7 @@ def ladder_versus_best(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     layout = LayoutSpec(**fields)
     est = estimate_layout(model, cluster, training, layout, cost_options)
     out: dict[str, Any] = {"layout": {**fields, "framework": est.framework}, "step_time_s": est.step_time_s,
-                           "mfu": est.mfu, "fits": est.fits,
+                           "mfu": est.mfu, **est.mfu_fields(), "fits": est.fits,
                            "memory_per_gpu_bytes": dict(est.memory_per_gpu_bytes),
                            "time_breakdown_s": dict(est.time_breakdown_s),
                            "slower_than_best": est.step_time_s / best["step_time_s"] - 1.0,
@@ -91,6 +91,7 @@ def prediction(best: dict[str, Any], steps: int | None, gpus: int, step_band: An
     """Run time at the best layout's predicted step time (instead of the assumed MFU), each
     figure with its 80% error band (`*_low`/`*_high`, solver.cost.bands)."""
     out = {"step_time_s": best["step_time_s"], "mfu": best["mfu"], "hfu": best["hfu"],
+           **{k: best[k] for k in MFU_KEYS if k in best},
            "tokens_per_s": best["tokens_per_s"], "time_breakdown_s": best["time_breakdown_s"],
            "memory_per_gpu_bytes": best["memory_per_gpu_bytes"]}
     if steps is not None:

@@ -14,8 +14,8 @@ from typing import Any
 from collections.abc import Callable
 
 from solver.cost.accounting import (
-    FLOP_CONVENTION, Flops, StateBytes, batch_plan, model_state_bytes, parameter_counts, per_gpu_model_state_bytes,
-    ffn_params, ring_allreduce_lower_bound_s, run_time, training_flops,
+    FLOP_CONVENTION, Flops, StateBytes, attention_convention, batch_plan, model_state_bytes, parameter_counts,
+    per_gpu_model_state_bytes, ffn_params, ring_allreduce_lower_bound_s, run_time, training_flops,
 )
 from solver.errors import InfeasibleError, Problem, SpecError
 from solver.specs import (
@@ -295,7 +295,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             "per_layout_recipe": per_layout_recipe_note(training)},
         "flops": _flops_dict(flops),
         "time": {
-            "assumed_mfu": time.assumed_mfu, "gpus": cluster.available_gpus,
+            "assumed_mfu": time.assumed_mfu, "mfu_attention_convention": attention_convention(flops.causal),
+            "gpus": cluster.available_gpus,
             "cluster_peak_flops": time.cluster_peak_flops, "wall_s": time.wall_s,
             "days": time.days, "gpu_hours": time.gpu_hours,
             "price_per_gpu_hour": training.price_per_gpu_hour, "currency": training.currency,
@@ -317,10 +318,20 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
+    plan["warnings"] = plan_warnings(training, cluster, plan)
     plan["run_risk"] = run_risk_section(model, cluster, training, plan, best)
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
     plan["failure_checks"] = failure_checks(flops, cluster, training, plan)
     return plan
+
+
+def plan_warnings(training: TrainingSpec, cluster: ClusterSpec, plan: dict[str, Any]) -> list[str]:
+    """Sanity warnings (solver.sanity) for the recommended layout: its batch, the inputs, its
+    predicted MFU and the cluster's size against the batch."""
+    from solver.sanity import batch_warnings, scale_warnings
+
+    mfu = (plan.get("prediction") or {}).get("mfu")
+    return batch_warnings(training, plan["batch"]) + scale_warnings(training, cluster, mfu)
 
 
 def _assumptions(training: TrainingSpec, comm: dict[str, Any]) -> list[str]:
@@ -329,7 +340,8 @@ def _assumptions(training: TrainingSpec, comm: dict[str, Any]) -> list[str]:
 
     p = training.precision
     return [
-        f"{training.assumed_mfu:.0%} MFU (a planning assumption that traces must replace)",
+        f"{training.assumed_mfu:.0%} MFU with {attention_convention(training.causal_attention_flops)} "
+        "attention FLOPs (a planning assumption that traces must replace)",
         f"precision: {p.weight_bytes}-byte weights, {p.grad_bytes}-byte gradients, "
         f"{p.optimizer_moments} x {p.optimizer_moment_bytes}-byte optimizer moments, "
         f"FP32 master weights {'on' if p.master_weights else 'off'}",
@@ -350,7 +362,7 @@ def _bytes_per_param(training: TrainingSpec) -> dict[str, int]:
 def _flops_dict(f: Flops) -> dict[str, Any]:
     return {
         "parameter_matmul": f.parameter_matmul, "attention": f.attention, "total": f.total,
-        "attention_convention": "causal" if f.causal else "non-causal",
+        "attention_convention": attention_convention(f.causal),
         "attention_non_causal": f.attention_full, "attention_causal": f.attention_causal,
         "total_non_causal": f.parameter_matmul + f.attention_full,
         "total_causal": f.parameter_matmul + f.attention_causal,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from solver.cost.accounting import Flops, parameter_counts, run_time
+from solver.cost.accounting import Flops, attention_convention, parameter_counts, run_time
 from solver.cost.checkpoint import checkpoint_cost
 from solver.cost.risk import failure_model, run_risk
 from solver.frameworks.profile import FrameworkName
@@ -142,7 +142,8 @@ def failure_checks(flops: Flops, cluster: ClusterSpec, training: TrainingSpec,
                     "signal": "activations or buffers exceed the prediction; walk the ladder's "
                               "next steps before the headroom is gone"})
     out.append({"check": "MFU below assumption", "layout": "cluster", "assumed_mfu": training.assumed_mfu,
-                "predicted_mfu": best.get("mfu"),
+                "predicted_mfu": best.get("mfu"), "mfu_attention_convention": attention_convention(flops.causal),
+                "predicted_mfu_causal": best.get("mfu_causal"), "predicted_mfu_noncausal": best.get("mfu_noncausal"),
                 "if_lower": [{"mfu": r.assumed_mfu, "days": r.days, "gpu_hours": r.gpu_hours}
                              for r in slower]})
     out.append({"check": "batch drift", "layout": "recommended", "tokens_per_step": batch["tokens_per_step"],

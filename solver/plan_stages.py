@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from solver.cost.accounting import batch_plan
+from solver.cost.estimate import MFU_KEYS
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
 
@@ -54,14 +55,15 @@ def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             return point
         r = res.layouts[0]
         top = {**r.layout.model_dump(), "gpus": r.layout.gpus, "step_time_s": r.estimate.step_time_s,
-               "mfu": r.estimate.mfu, "memory_per_gpu_bytes": dict(r.estimate.memory_per_gpu_bytes)}
+               "mfu": r.estimate.mfu, **r.estimate.mfu_fields(),
+               "memory_per_gpu_bytes": dict(r.estimate.memory_per_gpu_bytes)}
     b = batch_plan(training, top["dp"], top["micro_batch"])
     point.update({k: top[k] for k in ("tp", "pp", "vpp", "dp", "cp", "zero_stage", "micro_batch",
                                       "recompute", "sequence_parallel")})
     point.update(gpus=top["gpus"], grad_accum=b.grad_accum, tokens_per_step=b.tokens_per_step,
                  model_state_per_gpu_bytes=top["memory_per_gpu_bytes"].get("model_state"),
                  memory_per_gpu_bytes=top["memory_per_gpu_bytes"]["total"],
-                 step_time_s=top["step_time_s"], mfu=top["mfu"],
+                 step_time_s=top["step_time_s"], mfu=top["mfu"], **{k: top[k] for k in MFU_KEYS if k in top},
                  note="fits the full model" + ("" if top["gpus"] == gpus else
                                                f" (no layout uses all {gpus} GPUs)"))
     return point

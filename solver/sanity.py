@@ -47,7 +47,8 @@ def scale_warnings(training: TrainingSpec, cluster: ClusterSpec, mfu: float | No
     parallelism)."""
     out = []
     if mfu is not None and mfu < LOW_MFU:
-        out.append(f"MFU {mfu:.1%} at {where} is below {LOW_MFU:.0%}: most of the "
+        conv = "causal" if training.causal_attention_flops else "non-causal"
+        out.append(f"MFU {mfu:.1%} ({conv} attention FLOPs) at {where} is below {LOW_MFU:.0%}: most of the "
                    "GPUs' peak goes unused (communication, bubbles or a tiny batch)")
     sequences = max(1, training.global_batch_tokens // training.seq_len)
     nodes = cluster.available_gpus // cluster.gpus_per_node

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.cli import add_format, emit
+from service.cli import add_format, emit, print_warnings
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.plan import require_training
 from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
-from service.render_md import render_estimate
+from service.render_estimate import render_estimate
 from solver.layouts import estimate
 from solver.presets import load_layout, load_model
 
@@ -27,12 +27,6 @@ def add_parser(subparsers) -> None:
     add_profile_flag(p)
     add_format(p, "json")
     p.set_defaults(run=run)
-
-
-def print_warnings(result: dict) -> None:
-    """Sanity warnings (solver.sanity) on stderr, one line each; the result keeps them too."""
-    for w in result.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from service.cli import add_format, emit
+from service.cli import add_format, emit, print_warnings
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "
                                       f"({t['tokens']:.3g} tokens, seq_len {t['seq_len']}, "
                                       f"{t['global_batch_tokens']:,} tokens per step) was assumed")
+    print_warnings(plan)
     if args.format == "html":
         print(plan_html(plan, model, cluster))
     else:

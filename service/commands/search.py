@@ -13,6 +13,7 @@ from service.commands.plan import add_price_arguments, training_from_args
 from service.commands.profile_args import add_profile_flag, profile_for
 from service.render_bands import interval
 from service.render_md import layout_gpus, md_table
+from service.render_text import GB_NOTE, MFU_HEAD, mfu_cells, yes_no
 from solver.plan import LAYOUT_FIELDS
 from solver.presets import load_model
 
@@ -70,6 +71,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 COLUMNS = ("rank", *LAYOUT_FIELDS, "grad_accum", "framework")
+# Column headers in words (a layout field not named here is printed with spaces for '_').
+LABELS = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "vpp": "VPP", "ep": "EP", "etp": "expert TP",
+          "sequence_parallel": "sequence parallel", "zero_stage": "ZeRO", "micro_batch": "micro-batch",
+          "grad_accum": "accumulation"}
+
+
+def column_label(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " "))
+
+
+def layout_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The contract's layout fields, then any other LayoutSpec field some row sets away from its
+    default (e.g. EP/ETP of a MoE layout), then accumulation and framework."""
+    from solver.specs import LayoutSpec
+
+    extra = [n for n, f in LayoutSpec.model_fields.items() if n not in LAYOUT_FIELDS
+             and n not in ("rank_order", "pipeline_layers") and any(r.get(n, f.default) != f.default for r in rows)]
+    return [*LAYOUT_FIELDS, *extra, "grad_accum", "framework"]
+
+
+def cell(r: dict[str, Any], name: str) -> Any:
+    """A layout field as a table cell: booleans yes/no, ZeRO stage as 'ZeRO-n'."""
+    v = r.get(name)
+    if isinstance(v, bool):
+        return yes_no(v)
+    return f"ZeRO-{v}" if name == "zero_stage" else ("-" if v is None else v)
 
 
 def tie_sentence(search: dict[str, Any]) -> str | None:
@@ -97,15 +124,18 @@ def render_search(result: dict[str, Any]) -> str:
         lines += [tie, ""]
     if s.get("band_sentence"):
         lines += [s["band_sentence"], ""]
-    head = (["rank", "GPUs"] + list(COLUMNS[1:]) + ["step_time_s", "step_time_s 80% band", "mfu", "memory_GB"]
+    cols = layout_columns(result["layouts"])
+    head = (["rank", "GPUs"] + [column_label(c) for c in cols]
+            + ["step time (s)", "step time, 80% band (s)", *MFU_HEAD, "memory per GPU (GB)"]
             + RUN_HEAD + ["tied", "within band of best"])
-    rows = [[r["rank"], layout_gpus(r)] + [r[c] for c in COLUMNS[1:]]
-            + [f"{r['step_time_s']:.3f}", interval(r, "step_time_s", ".3f"), f"{r['mfu']:.1%}",
+    rows = [[r["rank"], layout_gpus(r)] + [cell(r, c) for c in cols]
+            + [f"{r['step_time_s']:.3f}", interval(r, "step_time_s", ".3f"), *mfu_cells(r),
                f"{r['memory_per_gpu_bytes']['total'] / 1e9:.1f}"] + run_cells(r.get("run"))
             + ["tied" if r.get("tied_with_best") else "", "yes" if r.get("within_band_of_best") else ""]
             for r in result["layouts"]]
     note = ["", "Run days, GPU-hours and cost are at the predicted step time with failures priced "
-                "in (checkpoint stalls, lost work, restarts: goodput; see `plan`'s Run risk)."]
+                "in (checkpoint stalls, lost work, restarts: goodput; see `plan`'s Run risk). "
+                f"Memory in GB ({GB_NOTE})."]
     return "\n".join(lines + md_table(head, rows) + note)
 
 

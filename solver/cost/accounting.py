@@ -237,6 +237,11 @@ FLOP_CONVENTION = ("model FLOPs = 6 N_active T + attention; N_active = parameter
                    "MLA 6 S T H (d_qk + d_v) L; MFU = model FLOPs / (time x peak)")
 
 
+def attention_convention(causal: bool) -> str:
+    """'causal' or 'non-causal': which attention-FLOP count an MFU or FLOP total uses."""
+    return "causal" if causal else "non-causal"
+
+
 def training_flops(m: ModelSpec, t: TrainingSpec, params: int) -> Flops:
     """Model FLOPs for the run: 6 N T (Kaplan et al. 2020) plus attention, both conventions.
 

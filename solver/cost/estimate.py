@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from solver.cost.accounting import FLOP_CONVENTION, attention_flops_per_token, batch_plan
+from solver.cost.accounting import FLOP_CONVENTION, attention_convention, attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
 from solver.cost.moe_summary import moe_notes, moe_summary
 from solver.cost.state import recipe_summary
@@ -43,6 +43,10 @@ class MemoryMargin:
     headroom_fraction: float       # headroom / capacity
 
 
+# The keys LayoutEstimate.mfu_fields() adds beside every `mfu` (plan, search, estimate, validate).
+MFU_KEYS = ("mfu_causal", "mfu_noncausal", "mfu_attention_convention")
+
+
 @dataclass(frozen=True)
 class LayoutEstimate:
     """The cost model's prediction for one layout on one cluster."""
@@ -69,6 +73,17 @@ class LayoutEstimate:
     compute_precision: str = "bf16"      # training.compute_precision (the linear layers' GEMMs)
     mfu_convention: str = MFU_CONVENTION_BF16
     mfu_fp8_peak: float | None = None    # FP8 recipes: model FLOPs / (time x GPUs x dense FP8 peak)
+    # MFU under both attention-FLOP conventions (DESIGN.md: a causal mask halves the attention
+    # term); `mfu` is the one training.causal_attention_flops selects, named by
+    # mfu_attention_convention. At long context they differ most (128k: about 1.55x for a 70B).
+    mfu_causal: float = 0.0
+    mfu_noncausal: float = 0.0
+    mfu_attention_convention: str = "non-causal"
+
+    def mfu_fields(self) -> dict[str, float | str]:
+        """mfu_causal, mfu_noncausal and mfu_attention_convention (copied beside every `mfu`)."""
+        return dict(zip(MFU_KEYS, (self.mfu_causal, self.mfu_noncausal, self.mfu_attention_convention),
+                        strict=True))
 
     @property
     def runs_in_framework(self) -> bool:
@@ -109,11 +124,13 @@ def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum:
     return [v.as_dict() for v in found]
 
 
-def model_flops_per_token(ctx: CostContext) -> float:
-    """6 N_active + attention per token (DESIGN.md convention; causal option halves attention;
-    N_active = ParameterCounts.active, the total for a dense model; accounting.FLOP_CONVENTION)."""
+def model_flops_per_token(ctx: CostContext, causal: bool | None = None) -> float:
+    """6 N_active + attention per token (DESIGN.md convention; causal halves attention;
+    N_active = ParameterCounts.active, the total for a dense model; accounting.FLOP_CONVENTION).
+    `causal` None: training.causal_attention_flops decides."""
     attn = attention_flops_per_token(ctx.model, ctx.seq_len)
-    return 6.0 * ctx.params.active + (0.5 * attn if ctx.training.causal_attention_flops else attn)
+    causal = ctx.training.causal_attention_flops if causal is None else causal
+    return 6.0 * ctx.params.active + (0.5 * attn if causal else attn)
 
 
 def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
@@ -146,9 +163,12 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
     broken = framework_violations(ctx.training, layout, m)
     notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
     notes += moe_notes(ctx, layout)
+    per_s = batch.tokens_per_step / (st.step_time_s * peak)  # MFU per model FLOP per token
     return LayoutEstimate(
         layout=layout.model_dump(), step_time_s=st.step_time_s,
         mfu=model_flops / (st.step_time_s * peak), hfu=hw_flops / (st.step_time_s * peak),
+        mfu_causal=model_flops_per_token(ctx, True) * per_s, mfu_noncausal=model_flops_per_token(ctx, False) * per_s,
+        mfu_attention_convention=attention_convention(ctx.training.causal_attention_flops),
         tokens_per_s=batch.tokens_per_step / st.step_time_s, tokens_per_step=batch.tokens_per_step,
         grad_accum=m, model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
         time_breakdown_s=st.breakdown_s, memory_per_gpu_bytes=mem,

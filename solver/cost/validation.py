@@ -34,8 +34,8 @@ class CaseResult:
     error: float | None            # signed fraction: predicted / measured - 1
     fits: bool
     memory_per_gpu_bytes_total: float
-    predicted_mfu: float
-    measured_mfu: float | None
+    predicted_mfu: float           # under mfu_attention_convention (training.causal_attention_flops)
+    measured_mfu: float | None     # as published (the source's own FLOP convention)
     time_breakdown_s: dict[str, float]
     defaulted: list[str]           # software facts the case left unstated, as scored
     peak_memory_kind: str | None = None             # measured.peak_memory_kind
@@ -44,6 +44,10 @@ class CaseResult:
     memory_error: float | None = None  # signed fraction: predicted / measured - 1
     device_capacity_bytes: float = 0.0  # device_capacity_bytes(gpu): the HBM the run had
     fits_device: bool = False  # predicted total <= device capacity: consistent with having run
+    # The predicted MFU under both attention-FLOP conventions (LayoutEstimate.mfu_fields).
+    predicted_mfu_causal: float = 0.0
+    predicted_mfu_noncausal: float = 0.0
+    mfu_attention_convention: str = "non-causal"
 
 
 # What a published peak-memory figure counts. The first two are PyTorch caching-allocator
@@ -172,7 +176,9 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
         time_breakdown_s=est.time_breakdown_s, defaulted=_defaulted(case, training),
         peak_memory_kind=kind, predicted_peak_memory_bytes=predicted_memory,
         measured_peak_memory_bytes=memory, memory_error=memory_error,
-        device_capacity_bytes=device, fits_device=est.memory_per_gpu_bytes["total"] <= device)
+        device_capacity_bytes=device, fits_device=est.memory_per_gpu_bytes["total"] <= device,
+        predicted_mfu_causal=est.mfu_causal, predicted_mfu_noncausal=est.mfu_noncausal,
+        mfu_attention_convention=est.mfu_attention_convention)
 
 
 def _problems(exc: PlannerError) -> list[str]:

@@ -272,6 +272,6 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         best_step_time_s = search_layouts(model, cluster, training, options.model_copy(update={"top_k": 1}),
                                           cost_options=cost_options).layouts[0].estimate.step_time_s
     return {"rank_min": below + 1, "rank_max": below + max(near, 1), "fitting_layouts": fitting,
-            "fits": est.fits, "step_time_s": est.step_time_s, "mfu": est.mfu,
+            "fits": est.fits, "step_time_s": est.step_time_s, "mfu": est.mfu, **est.mfu_fields(),
             "best_step_time_s": best_step_time_s,
             "slower_than_best": est.step_time_s / best_step_time_s - 1.0}

@@ -33,7 +33,7 @@ class RankedLayout:
         est = self.estimate
         out: dict[str, Any] = {"rank": self.rank, **self.layout.model_dump(), "gpus": self.layout.gpus,
                                "grad_accum": self.grad_accum,
-                               "step_time_s": est.step_time_s, "mfu": est.mfu,
+                               "step_time_s": est.step_time_s, "mfu": est.mfu, **est.mfu_fields(),
                                "memory_per_gpu_bytes": {"total": est.memory_per_gpu_bytes["total"]},
                                "fits": est.fits, "framework": est.framework,
                                "memory_recipe": est.memory_recipe["mode"],

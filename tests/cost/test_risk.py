@@ -61,7 +61,7 @@ def test_seed_markdown_prints_the_run_risk(seed_model, seed_cluster, seed_traini
     plan = build_plan(seed_model, seed_cluster, priced)
     md = render_plan(plan)
     r = plan["run_risk"]
-    section = md[md.index("## Run risk"):md.index("## Failure checks")]
+    section = md[md.index(". Run risk"):md.index(". Failure checks")]
     for text in ("695.0 GB", "11.1 s", f"{r['interval_s']:,.0f} s", f"{r['expected']['interruptions']:.1f} interruptions",
                  f"{r['goodput']:.1%}", f"{r['gpu_hours']:,.0f} GPU-hours", f"{r['days']:,.2f} days", "EUR"):
         assert text in section, text

@@ -34,7 +34,7 @@ def test_plan_markdown_has_the_seed_sections(capsys):
     code, out, _ = run(capsys, ["plan", *SEED, "--format", "md"])
     assert code == 0
     for text in ("69,500,936,192", "834.0 GB", "1.444e+23", "564,176 s", "80,238 GPU-hours",
-                 "TP8 PP1 DP64 ZeRO-1", "35.8 GB", "4,194,304 tokens per step", "71,526 steps",
+                 "TP 8 · PP 1 · DP 64 · ZeRO-1", "35.8 GB", "4,194,304 tokens per step", "71,526 steps",
                  "0.76 s", "Stage 1", "Stage 2", "Stage 3", "Stage 4", "Failure checks"):
         assert text in out, text
 

@@ -32,7 +32,7 @@ def test_search_md_has_gpus_column(capsys):
     head, first, *_ = _table(capsys.readouterr().out, "rank")
     assert head[:2] == ["rank", "GPUs"] and first[:2] == ["1", "512"]
     col = {name: first[i] for i, name in enumerate(head)}
-    assert int(col["tp"]) * int(col["pp"]) * int(col["dp"]) * int(col["cp"]) == 512
+    assert int(col["TP"]) * int(col["PP"]) * int(col["DP"]) * int(col["CP"]) == 512
 
 
 def test_search_md_min_gpus_shows_fewer_gpus(capsys):
@@ -40,7 +40,7 @@ def test_search_md_min_gpus_shows_fewer_gpus(capsys):
     head, *rows = _table(capsys.readouterr().out, "rank")
     for r in rows:
         col = dict(zip(head, r))
-        assert int(col["GPUs"]) == int(col["tp"]) * int(col["pp"]) * int(col["dp"]) * int(col["cp"])
+        assert int(col["GPUs"]) == int(col["TP"]) * int(col["PP"]) * int(col["DP"]) * int(col["CP"])
         assert int(col["GPUs"]) < 512  # min_gpus on the seed uses far fewer than the cluster
 
 
