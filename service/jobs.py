@@ -74,8 +74,7 @@ def _profile(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
 def _checked(profile: Any, training: Any) -> Any:
     from solver.cost.profile import check_framework
 
-    check_framework(profile, training.framework)
-    return profile
+    return check_framework(profile, training.framework)
 
 
 def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:

@@ -6,8 +6,13 @@ extra `trainplan[measure]` installs torch); the profile says which measured. Eac
 the cluster spec's gpu.peak_tflops (dense BF16) and gpu.hbm_gb_s, clipped into the calibrate
 bounds (solver.cost.calibrate.BOUNDS) and marked `clipped` when they fall outside (e.g. a CPU
 measured against a GPU's peak). Collectives (all-reduce, all-gather) run only where
-torch.distributed is initialized with more than one rank; their bandwidths are reported for the
-cluster spec's links, not fitted (the spec's bandwidth_gb_s is the model's network input).
+torch.distributed is initialized with more than one rank: a sweep of message sizes doubling up
+to the largest, each size's busbw (nccl-tests' convention), and the plateau as
+`trainplan cluster from-nccl-tests` takes it (median busbw of the sizes >= largest / 16). The
+all-reduce plateau divided by the cluster spec's stated busbw of the tier the ranks span (one
+host: intra_node; several: inter_node, per GPU = busbw / ranks per host, as from-nccl-tests)
+gives that tier's network efficiency (CostOptions.intra_node_network_efficiency /
+inter_node_network_efficiency); the other tier stays at the shipped 1.0.
 
 Unit legend: `_s` seconds; `_flops` FLOPs; `_bytes` bytes; `_gb_s` 1e9 bytes/s.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import operator
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -132,22 +138,58 @@ def measure_copy(backend: Backend, elements: int, repeats: int) -> dict[str, Any
     return {"bytes_moved": moved, "seconds": s, "achieved_gb_s": moved / s / 1e9}
 
 
-def measure_collectives(backend: Backend, elements: int, repeats: int) -> dict[str, Any]:
-    """All-reduce and all-gather bus bandwidth (nccl-tests' busbw: 2 (n-1)/n and (n-1)/n of the
-    bytes per rank) where torch.distributed is initialized with > 1 rank; else why not."""
-    if backend.name != "torch":
-        return {"skipped": "torch is not installed (pip install trainplan[measure])"}
-    dist = backend.lib.distributed
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return {"skipped": "torch.distributed is not initialized with more than one rank (run under torchrun)"}
+def collective_sweep(backend: Backend, dist: Any, elements: int, repeats: int) -> list[dict[str, float]]:
+    """All-reduce and all-gather busbw at message sizes doubling from elements / 64 to `elements`
+    (bytes per rank; busbw = 2 (n-1)/n x bytes / t and (n-1)/n x n bytes / t, nccl-tests)."""
     n = dist.get_world_size()
-    x = backend.randn(elements)
-    size = x.numel() * x.element_size()
-    out = [backend.lib.empty_like(x) for _ in range(n)]
-    ar = timed(backend, lambda: dist.all_reduce(x), repeats)
-    ag = timed(backend, lambda: dist.all_gather(out, x), repeats)
-    return {"ranks": n, "bytes": size, "all_reduce_bus_gb_s": 2 * (n - 1) / n * size / ar / 1e9,
-            "all_gather_bus_gb_s": (n - 1) / n * size * n / ag / 1e9}
+    rows = []
+    for count in sorted({max(1, elements >> k) for k in range(7)}):
+        x = backend.randn(count)
+        size = x.nbytes  # torch.Tensor and numpy arrays both
+        out = [backend.lib.empty_like(x) for _ in range(n)]
+        ar = timed(backend, partial(dist.all_reduce, x), repeats)
+        ag = timed(backend, partial(dist.all_gather, out, x), repeats)
+        rows.append({"bytes": size, "all_reduce_s": ar, "all_gather_s": ag,
+                     "all_reduce_bus_gb_s": 2 * (n - 1) / n * size / ar / 1e9,
+                     "all_gather_bus_gb_s": (n - 1) / n * size * n / ag / 1e9})
+    return rows
+
+
+def plateau_gb_s(rows: list[dict[str, float]], key: str) -> float:
+    """Median busbw of the sizes >= the largest / PLATEAU_FRACTION (topology.nccl_tests)."""
+    from topology.nccl_tests import PLATEAU_FRACTION
+
+    largest = max(r["bytes"] for r in rows)
+    return statistics.median(r[key] for r in rows if r["bytes"] * PLATEAU_FRACTION >= largest)
+
+
+def network_efficiency(all_reduce_bus_gb_s: float, ranks: int, ranks_per_host: int,
+                       cluster: ClusterSpec) -> tuple[str, float, float]:
+    """(constant name, per-GPU achieved GB/s, achieved / stated) for the tier the ranks span."""
+    if ranks <= ranks_per_host:
+        return "intra_node_network_efficiency", all_reduce_bus_gb_s, \
+            all_reduce_bus_gb_s / cluster.intra_node.bandwidth_gb_s
+    per_gpu = all_reduce_bus_gb_s / ranks_per_host
+    return "inter_node_network_efficiency", per_gpu, per_gpu / cluster.inter_node.bandwidth_gb_s
+
+
+def measure_collectives(backend: Backend, elements: int, repeats: int, cluster: ClusterSpec,
+                        dist: Any = None, ranks_per_host: int | None = None) -> dict[str, Any]:
+    """The collective sweep and the network efficiency it gives, where torch.distributed is
+    initialized with > 1 rank (ranks per host from torchrun's LOCAL_WORLD_SIZE); else why not."""
+    if dist is None:
+        if backend.name != "torch":
+            return {"skipped": "torch is not installed (pip install trainplan[measure])"}
+        dist = backend.lib.distributed
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return {"skipped": "torch.distributed is not initialized with more than one rank (run under torchrun)"}
+    n = dist.get_world_size()
+    local = ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", n))
+    rows = collective_sweep(backend, dist, elements, repeats)
+    ar, ag = plateau_gb_s(rows, "all_reduce_bus_gb_s"), plateau_gb_s(rows, "all_gather_bus_gb_s")
+    name, per_gpu, ratio = network_efficiency(ar, n, local, cluster)
+    return {"ranks": n, "ranks_per_host": local, "sweep": rows, "all_reduce_bus_gb_s": ar,
+            "all_gather_bus_gb_s": ag, "tier": name, "per_gpu_gb_s": per_gpu, "efficiency": ratio}
 
 
 def _clip(name: str, raw: float) -> dict[str, Any]:
@@ -158,9 +200,11 @@ def _clip(name: str, raw: float) -> dict[str, Any]:
 
 
 def measure_profile(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: LayoutSpec,
-                    max_dim: int | None = None, repeats: int = 5) -> dict[str, Any]:
-    """Measurements and the constants they give ({name: {raw_fraction, value, clipped}})."""
-    backend = pick_backend()
+                    max_dim: int | None = None, repeats: int = 5, backend: Backend | None = None,
+                    dist: Any = None) -> dict[str, Any]:
+    """Measurements and the constants they give ({name: {raw_fraction, value, clipped}});
+    backend / dist replace the detected ones (tests)."""
+    backend = backend or pick_backend()
     gpu = cluster.gpu
     gemm = measure_gemm(backend, gemm_shapes(model, training, layout, max_dim), repeats)
     seq = min(training.seq_len, max_dim or training.seq_len)
@@ -172,7 +216,8 @@ def measure_profile(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "attention_peak_fraction": _clip("attention_peak_fraction", attn["achieved_flops_per_s"] / gpu.peak_flops),
         "hbm_fraction": _clip("hbm_fraction", copy["achieved_gb_s"] / gpu.hbm_gb_s),
     }
+    coll = measure_collectives(backend, min(1 << 24, (max_dim or 4096) ** 2), repeats, cluster, dist)
+    if "efficiency" in coll:
+        constants[coll["tier"]] = _clip(coll["tier"], coll["efficiency"])
     return {"backend": backend.name, "device": backend.device, "repeats": repeats, "max_dim": max_dim,
-            "gemm": gemm, "attention": attn, "hbm_copy": copy,
-            "collectives": measure_collectives(backend, min(1 << 24, (max_dim or 4096) ** 2), repeats),
-            "constants": constants}
+            "gemm": gemm, "attention": attn, "hbm_copy": copy, "collectives": coll, "constants": constants}

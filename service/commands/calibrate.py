@@ -9,13 +9,14 @@ import argparse
 import hashlib
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, get_args
 
 from service.cli import emit
 from solver.cost.calibrate import (
-    BOUNDS, SIGMA_PRIOR, SIGMA_RUN, check_framework, errors, fit_constants, leave_one_out, measured_runs,
-    median_abs,
+    BOUNDS, FRAMEWORK_TRAITS, SIGMA_PRIOR, SIGMA_RUN, check_framework, errors, fit_constants, leave_one_out,
+    measured_runs, median_abs, run_frameworks,
 )
 from solver.cost.options import DEFAULT_OPTIONS
 from solver.cost.profile import PROFILE_SCHEMA
@@ -70,20 +71,23 @@ def build_profile(cases: list[dict[str, Any]], framework: str | None, source: st
     """The profile dict (solver.cost.profile) fitted on the measured runs among `cases`."""
     runs = measured_runs(check_framework(cases, framework))
     fit = fit_constants(runs)
-    before, after = errors(runs, DEFAULT_OPTIONS), errors(runs, fit.options)
+    before, after = errors(runs, DEFAULT_OPTIONS), errors(runs, fit.options_for)
     loo = leave_one_out(runs)
+    frameworks = run_frameworks(runs)
     return {
-        "schema_version": PROFILE_SCHEMA, "model_version": MODEL_VERSION, "framework": framework,
-        "method": "runs", "constants": fit.constants,
+        "schema_version": PROFILE_SCHEMA, "model_version": MODEL_VERSION,
+        "framework": framework,
+        "method": "runs", "constants": fit.constants, "framework_constants": fit.framework_constants,
         "shipped_constants": {k: getattr(DEFAULT_OPTIONS, k) for k in BOUNDS},
-        "fitted_on": {"file": source, "sha256": sha,
-                      "runs": [{"id": r.get("id", f"run {i + 1}"), "measured_step_time_s": r["measured"]["step_time_s"]}
-                               for i, r in enumerate(runs)]},
+        "fitted_on": {"file": source, "sha256": sha, "frameworks": dict(Counter(frameworks)),
+                      "runs": [{"id": r.get("id", f"run {i + 1}"), "framework": f,
+                                "measured_step_time_s": r["measured"]["step_time_s"]}
+                               for i, (r, f) in enumerate(zip(runs, frameworks, strict=True))]},
         "fit": {"prior": f"ln(c / shipped) ~ N(0, {SIGMA_PRIOR:.3f}^2), bounds {BOUNDS}",
                 "run_sd": SIGMA_RUN, "iterations": fit.iterations,
-                "posterior_sd_ratio": fit.posterior_sd_ratio, "pinned": fit.pinned, "not_pinned": fit.not_pinned,
-                "not_fitted": "network efficiency per tier: the cluster spec's bandwidth_gb_s is the effective "
-                              "per-GPU figure (measure it with nccl-tests)"},
+                "per_framework": list(FRAMEWORK_TRAITS) if fit.framework_constants else [],
+                "posterior_sd_ratio": fit.posterior_sd_ratio, "sensitivity": fit.sensitivity,
+                "pinned": fit.pinned, "not_pinned": fit.not_pinned, "not_pinned_reasons": fit.not_pinned_reasons},
         "errors": {"before": before, "after": after, "leave_one_out": loo,
                    "median_abs_before": median_abs(before), "median_abs_after": median_abs(after),
                    "median_abs_leave_one_out": None if loo is None else median_abs(loo)},
@@ -91,21 +95,36 @@ def build_profile(cases: list[dict[str, Any]], framework: str | None, source: st
     }
 
 
+def _fitted_rows(p: dict[str, Any]) -> list[str]:
+    f = p["fit"]
+
+    def row(label: str, name: str, value: float) -> str:
+        return (f"| {label} | {p['shipped_constants'][name]:.3f} | {value:.3f} | "
+                f"{f['posterior_sd_ratio'][label]:.2f} | {f['sensitivity'][label]:.3f} | "
+                f"{'yes' if label in f['pinned'] else 'no'} |")
+
+    rows = [row(k, k, v) for k, v in p["constants"].items()]
+    for fw, traits in p.get("framework_constants", {}).items():
+        rows += [row(f"{k}[{fw}]", k, v) for k, v in traits.items()]
+    return rows
+
+
 def render_md(p: dict[str, Any]) -> str:
     e, f = p["errors"], p["fit"]
-    rows = [f"| {k} | {p['shipped_constants'][k]:.3f} | {v:.3f} | {f['posterior_sd_ratio'][k]:.2f} | "
-            f"{'yes' if k in f['pinned'] else 'no'} |" for k, v in p["constants"].items()]
     loo = e["median_abs_leave_one_out"]
+    counts = ", ".join(f"{n} {fw}" for fw, n in p["fitted_on"]["frameworks"].items())
     return "\n".join([
-        f"# Calibrated profile ({len(p['fitted_on']['runs'])} runs, framework {p['framework'] or 'any'})", "",
-        "| constant | shipped | fitted | posterior s.d. / prior | pinned down |", "|---|---:|---:|---:|:---:|",
-        *rows, "",
+        f"# Calibrated profile ({len(p['fitted_on']['runs'])} runs: {counts}; framework {p['framework'] or 'any'})",
+        "", "| constant | shipped | fitted | posterior s.d. / prior | max abs(d ln step / d ln c) | pinned down |",
+        "|---|---:|---:|---:|---:|:---:|", *_fitted_rows(p), "",
         f"Median |step-time error| on these runs: {e['median_abs_before']:.1%} shipped -> "
         f"{e['median_abs_after']:.1%} fitted; leave-one-out "
         + ("not possible with one run" if loo is None else f"{loo:.1%}") + ".",
-        ("Not pinned down by these runs (kept near the shipped value by the prior): "
-         + ", ".join(f["not_pinned"]) + ".") if f["not_pinned"] else "Every constant is pinned down.",
-        f"Not fitted: {f['not_fitted']}."])
+        (f"Fitted per framework: {', '.join(f['per_framework'])} (name[framework] rows)."
+         if f["per_framework"] else "One framework: every constant is shared."),
+        *(["Not pinned down by these runs (kept near the shipped value by the prior):"]
+          + [f"- {k}: {why}" for k, why in f["not_pinned_reasons"].items()]
+          if f["not_pinned"] else ["Every constant is pinned down."])])
 
 
 def measured_profile(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,6 +145,7 @@ def measured_profile(args: argparse.Namespace) -> dict[str, Any]:
     return {"schema_version": PROFILE_SCHEMA, "model_version": MODEL_VERSION, "framework": args.framework,
             "method": "measure", "constants": constants,
             "shipped_constants": {k: getattr(DEFAULT_OPTIONS, k) for k in BOUNDS},
+            "not_measured": [k for k in BOUNDS if k not in constants],
             "fitted_on": {"measurements": m, "backend": m["backend"], "device": m["device"],
                           "fractions": measured},
             "clipped": [k for k, v in measured.items() if v["clipped"]]}
@@ -143,8 +163,10 @@ def render_measure(p: dict[str, Any]) -> str:
                       f"{m['hbm_copy']['achieved_gb_s']:.1f} GB/s (1 GB = 1e9 bytes).",
                       "Collectives: " + (coll["skipped"] if "skipped" in coll else
                                          f"all-reduce {coll['all_reduce_bus_gb_s']:.1f} GB/s, all-gather "
-                                         f"{coll['all_gather_bus_gb_s']:.1f} GB/s bus bandwidth over "
-                                         f"{coll['ranks']} ranks (set the cluster spec's bandwidth_gb_s)") + "."])
+                                         f"{coll['all_gather_bus_gb_s']:.1f} GB/s bus bandwidth (plateau) over "
+                                         f"{coll['ranks']} ranks, {coll['ranks_per_host']} per host: "
+                                         f"{coll['per_gpu_gb_s']:.1f} GB/s per GPU, {coll['tier']} "
+                                         f"{coll['efficiency']:.2f} of the cluster's stated busbw") + "."])
 
 
 def run(args: argparse.Namespace) -> int:

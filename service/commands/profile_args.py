@@ -16,7 +16,7 @@ def profile_for(args: argparse.Namespace, framework: str | None = None) -> Profi
     """The --profile, checked (and against training.framework when given). Raises: SpecError."""
     profile = load_profile(getattr(args, "profile", None))
     if framework is not None:
-        check_framework(profile, framework)
+        profile = check_framework(profile, framework)
     return profile
 
 

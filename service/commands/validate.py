@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         where = "stdin" if args.cases == "-" else f"'{args.cases}'"
         reason = f"{where} holds no cases (empty or blank lines only); expected one JSON object per line"
         raise SpecError(f"cases: {reason}", [Problem("cases", reason)])
-    result = validate_lines(lines, None if profile is None else profile.options)
+    result = (validate_lines(lines) if profile is None
+              else validate_lines(lines, profile.options, profile.framework_options))
     emit(result, args.format, render_md)
     for e in result["errors"]:
         for reason in e["errors"]:

@@ -1,9 +1,12 @@
 """Fit the cost model's physical constants to a user's measured steps (`trainplan calibrate`).
 
 Fitted constants (solver/cost/options.py): gemm_peak_fraction, attention_peak_fraction,
-hbm_fraction, dp_overlap_fraction. Network efficiency per tier is not a constant of the model:
-the links' bandwidth_gb_s in the cluster spec is the effective per-GPU figure (set it from
-nccl-tests; `trainplan topology`), so calibrate leaves it to the spec and says so.
+hbm_fraction, the network efficiency of each tier (intra_node_network_efficiency: inside an
+NVLink domain; inter_node_network_efficiency: across domains; achieved / stated busbw) and
+dp_overlap_fraction. The last is a framework trait (how much of the backward window a
+framework's gradient buckets and streams hide, FRAMEWORK_TRAITS): when the runs come from
+several frameworks it is fitted once per framework (theta holds one copy per framework, each
+with its own prior), the others are shared.
 
 Method: maximum a posteriori in log space. With theta_j = ln(c_j / c0_j) (c0 the shipped
 constant) and r_i = ln(predicted_i / measured_i) of run i,
@@ -14,7 +17,10 @@ by Levenberg-Marquardt with forward-difference Jacobians (Nocedal & Wright 2006,
 the prior term is Tikhonov regularisation, i.e. a Gaussian prior on theta). One run moves the
 constants only as far as the prior allows, so 1-3 runs cannot produce nonsense; the Laplace
 approximation (posterior covariance = inverse Gauss-Newton Hessian) says which constants the runs
-pinned down: those whose posterior s.d. is below half the prior's.
+pinned down: those whose posterior s.d. is below half the prior's AND whose sensitivity (the
+Jacobian column J_ij = d ln step_i / d ln c_j, the elasticity of run i's predicted step) reaches
+MIN_SENSITIVITY on some run; a network efficiency on compute-bound runs, or with its traffic
+hidden under compute, has J ~ 0 and is reported as not pinned with that reason.
 
 Unit legend: constants are fractions; `_s` seconds; errors are signed fractions pred/meas - 1.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +43,19 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_peak_fraction": (0.20, 0.95),       # options.py: cuBLAS reaches 70-90% of peak
     "attention_peak_fraction": (0.10, 0.90),  # FA-2 35-73% of peak (Dao 2023)
     "hbm_fraction": (0.20, 0.95),             # STREAM copies 75-90% of nominal HBM
+    # achieved / stated busbw: nccl-tests busbw exceeds a nominal NVLink figure by up to ~7%
+    # (8x H100 460-480 vs 450 GB/s, options.py) and falls far below it on a misconfigured
+    # fabric (PCIe fallback: 35-45 GB/s); 0.25-1.25 covers both without reaching absurdity
+    "intra_node_network_efficiency": (0.25, 1.25),
+    "inter_node_network_efficiency": (0.25, 1.25),
     "dp_overlap_fraction": (0.05, 1.0),       # share of the window; 1 = full overlap
 }
+FRAMEWORK_TRAITS = ("dp_overlap_fraction",)
+"""Constants fitted per framework when the runs span several: DP overlap depends on how the
+framework buckets and schedules its gradient reduction and parameter gathers (Megatron-Core
+--overlap-grad-reduce buckets, PyTorch FSDP2's prefetch, DeepSpeed overlap_comm), not on the
+hardware. The model has no other framework-dependent step-time constant (the pipeline bubble
+is the schedule's (p - 1) / v slots, not a fitted share)."""
 SIGMA_PRIOR = math.log(1.5)
 """Prior s.d. of ln(c / c0): a constant within 1.5x of the shipped value at one s.d."""
 SIGMA_RUN = 0.03
@@ -45,30 +63,72 @@ SIGMA_RUN = 0.03
 on the mature Megatron-Core recipes it is best at (README, DGXC 1.7%; 80% band +-3-5%)."""
 PINNED_RATIO = 0.5
 """A constant is pinned down when the runs shrink its s.d. below this share of the prior's."""
+MIN_SENSITIVITY = 0.05
+"""... and some run's predicted step moves by at least 0.5% when the constant moves by 10%
+(|d ln step / d ln c| >= 0.05); below it the runs are compute-bound for that constant (or its
+traffic is hidden), whatever the posterior says."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted coordinate: a constant, shared (framework None) or one framework's copy."""
+
+    name: str
+    framework: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.framework is None else f"{self.name}[{self.framework}]"
 
 
 @dataclass(frozen=True)
 class Fit:
-    """A fitted set of constants and what the runs said about each."""
+    """A fitted set of constants and what the runs said about each (keys: Param.label)."""
 
-    options: CostOptions
-    constants: dict[str, float]
+    options: CostOptions                         # shared constants (and the traits of one framework)
+    framework_options: dict[str, CostOptions]    # per framework, when traits were fitted per framework
+    constants: dict[str, float]                  # shared constants
+    framework_constants: dict[str, dict[str, float]]  # framework -> its fitted traits
     posterior_sd_ratio: dict[str, float]  # posterior s.d. / prior s.d. of ln(c / c0)
+    sensitivity: dict[str, float]         # max over runs of |d ln step / d ln c| at the fit
     pinned: list[str]
     not_pinned: list[str]
+    not_pinned_reasons: dict[str, str]
     iterations: int
 
+    def options_for(self, framework: str) -> CostOptions:
+        """The constants a run of `framework` is predicted with."""
+        return self.framework_options.get(framework, self.options)
 
-def _with(theta: np.ndarray, base: CostOptions) -> CostOptions:
+
+def run_frameworks(runs: list[dict[str, Any]]) -> list[str]:
+    """Each run's training.framework (its default when unstated)."""
+    from solver.presets import load_training
+
+    return [load_training(r["training"]).framework for r in runs]
+
+
+def fit_params(frameworks: list[str]) -> list[Param]:
+    """The shared constants, then each framework's traits when there are several frameworks."""
+    names = sorted(set(frameworks))
+    if len(names) < 2:
+        return [Param(n) for n in BOUNDS]
+    return ([Param(n) for n in BOUNDS if n not in FRAMEWORK_TRAITS]
+            + [Param(n, f) for f in names for n in FRAMEWORK_TRAITS])
+
+
+def _options(theta: np.ndarray, params: list[Param], framework: str, base: CostOptions) -> CostOptions:
     values = {}
-    for t, (name, (lo, hi)) in zip(theta, BOUNDS.items(), strict=True):
-        values[name] = min(hi, max(lo, getattr(DEFAULT_OPTIONS, name) * math.exp(t)))
+    for t, p in zip(theta, params, strict=True):
+        if p.framework in (None, framework):
+            lo, hi = BOUNDS[p.name]
+            values[p.name] = min(hi, max(lo, getattr(DEFAULT_OPTIONS, p.name) * math.exp(t)))
     return dataclasses.replace(base, **values)
 
 
-def _theta_bounds() -> tuple[np.ndarray, np.ndarray]:
-    lo = [math.log(b[0] / getattr(DEFAULT_OPTIONS, n)) for n, b in BOUNDS.items()]
-    hi = [math.log(b[1] / getattr(DEFAULT_OPTIONS, n)) for n, b in BOUNDS.items()]
+def _theta_bounds(params: list[Param]) -> tuple[np.ndarray, np.ndarray]:
+    lo = [math.log(BOUNDS[p.name][0] / getattr(DEFAULT_OPTIONS, p.name)) for p in params]
+    hi = [math.log(BOUNDS[p.name][1] / getattr(DEFAULT_OPTIONS, p.name)) for p in params]
     return np.array(lo), np.array(hi)
 
 
@@ -84,22 +144,44 @@ def measured_runs(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return runs
 
 
-def log_errors(runs: list[dict[str, Any]], options: CostOptions) -> np.ndarray:
-    """ln(predicted / measured) per run."""
+OptionsFor = Callable[[str], CostOptions]
+
+
+def log_errors(runs: list[dict[str, Any]], options: CostOptions | OptionsFor,
+               frameworks: list[str] | None = None) -> np.ndarray:
+    """ln(predicted / measured) per run, under `options` or options_for(run's framework)."""
+    if isinstance(options, CostOptions):
+        fixed = options
+        frameworks, options = [""] * len(runs), (lambda _f: fixed)
+    frameworks = frameworks or run_frameworks(runs)
     out = []
-    for i, case in enumerate(runs):
-        r = validate_case(case, f"run {i + 1}", options)
+    for i, (case, fw) in enumerate(zip(runs, frameworks, strict=True)):
+        r = validate_case(case, f"run {i + 1}", options(fw))
         out.append(math.log(r.predicted_step_time_s / (r.measured_step_time_s or math.nan)))
     return np.array(out)
 
 
-def _jacobian(runs, theta, base, r0, h=1e-3):
-    cols = []
-    for j in range(len(theta)):
-        step = theta.copy()
-        step[j] += h
-        cols.append((log_errors(runs, _with(step, base)) - r0) / h)
-    return np.stack(cols, axis=1)
+@dataclass(frozen=True)
+class _Problem:
+    runs: list[dict[str, Any]]
+    frameworks: list[str]
+    params: list[Param]
+    base: CostOptions
+
+    def residuals(self, theta: np.ndarray) -> np.ndarray:
+        return log_errors(self.runs, lambda f: _options(theta, self.params, f, self.base), self.frameworks)
+
+    def jacobian(self, theta: np.ndarray, r0: np.ndarray, h: float = 1e-3) -> np.ndarray:
+        """Forward differences; backward ones at an upper bound (a forward step there would be
+        clipped back and read as zero sensitivity: dp_overlap_fraction ships at its bound 1.0)."""
+        upper = _theta_bounds(self.params)[1]
+        cols = []
+        for j in range(len(theta)):
+            d = -h if theta[j] + h > upper[j] else h
+            step = theta.copy()
+            step[j] += d
+            cols.append((self.residuals(step) - r0) / d)
+        return np.stack(cols, axis=1)
 
 
 def _cost(r: np.ndarray, theta: np.ndarray) -> float:
@@ -109,42 +191,60 @@ def _cost(r: np.ndarray, theta: np.ndarray) -> float:
 def fit_constants(runs: list[dict[str, Any]], base: CostOptions = DEFAULT_OPTIONS,
                   max_iterations: int = 25) -> Fit:
     """MAP fit of the BOUNDS constants to `runs` (module docstring). Raises: PlannerError."""
-    lo, hi = _theta_bounds()
-    theta = np.zeros(len(BOUNDS))
-    r = log_errors(runs, _with(theta, base))
+    frameworks = run_frameworks(runs)
+    prob = _Problem(runs, frameworks, fit_params(frameworks), base)
+    lo, hi = _theta_bounds(prob.params)
+    theta = np.zeros(len(prob.params))
+    r = prob.residuals(theta)
     lam, iterations = 1e-2, 0
-    jac = _jacobian(runs, theta, base, r)
+    jac = prob.jacobian(theta, r)
     for it in range(1, max_iterations + 1):
         iterations = it
         a = jac.T @ jac / SIGMA_RUN**2 + np.eye(len(theta)) / SIGMA_PRIOR**2
         g = jac.T @ r / SIGMA_RUN**2 + theta / SIGMA_PRIOR**2
         step = np.linalg.solve(a + lam * np.diag(np.diag(a)), -g)
         trial = np.clip(theta + step, lo, hi)
-        r_trial = log_errors(runs, _with(trial, base))
+        r_trial = prob.residuals(trial)
         if _cost(r_trial, trial) < _cost(r, theta):
             theta, r, lam = trial, r_trial, lam / 3
             if np.max(np.abs(step)) < 1e-4:
                 break
-            jac = _jacobian(runs, theta, base, r)
+            jac = prob.jacobian(theta, r)
         else:
             lam *= 4
             if lam > 1e6:
                 break
-    return _summarize(theta, jac, base, iterations)
+    return _summarize(prob, theta, jac, iterations)
 
 
-def _summarize(theta: np.ndarray, jac: np.ndarray, base: CostOptions, iterations: int) -> Fit:
+def _reason(sensitivity: float, ratio: float) -> str:
+    if sensitivity < MIN_SENSITIVITY:
+        return (f"the runs' predicted steps hardly depend on it (max |d ln step / d ln c| = "
+                f"{sensitivity:.3f} < {MIN_SENSITIVITY}: compute-bound, or its traffic hidden)")
+    return (f"the runs do not separate it from the other constants (posterior s.d. {ratio:.2f} "
+            f"of the prior's)")
+
+
+def _summarize(prob: _Problem, theta: np.ndarray, jac: np.ndarray, iterations: int) -> Fit:
     hessian = jac.T @ jac / SIGMA_RUN**2 + np.eye(len(theta)) / SIGMA_PRIOR**2
     sd = np.sqrt(np.diag(np.linalg.inv(hessian)))
-    ratio = {name: float(s / SIGMA_PRIOR) for name, s in zip(BOUNDS, sd, strict=True)}
-    options = _with(theta, base)
-    return Fit(options, {n: getattr(options, n) for n in BOUNDS}, ratio,
-               [n for n, v in ratio.items() if v < PINNED_RATIO],
-               [n for n, v in ratio.items() if v >= PINNED_RATIO], iterations)
+    labels = [p.label for p in prob.params]
+    ratio = {k: float(s / SIGMA_PRIOR) for k, s in zip(labels, sd, strict=True)}
+    sens = {k: float(np.max(np.abs(jac[:, j]))) for j, k in enumerate(labels)}
+    pinned = [k for k in labels if ratio[k] < PINNED_RATIO and sens[k] >= MIN_SENSITIVITY]
+    reasons = {k: _reason(sens[k], ratio[k]) for k in labels if k not in pinned}
+    shared = _options(theta, prob.params, "", prob.base)  # "": the shared coordinates only
+    per_fw = {f: _options(theta, prob.params, f, prob.base)
+              for f in sorted({p.framework for p in prob.params if p.framework})}
+    return Fit(shared, per_fw,
+               {p.name: getattr(shared, p.name) for p in prob.params if p.framework is None},
+               {f: {n: getattr(o, n) for n in FRAMEWORK_TRAITS} for f, o in per_fw.items()},
+               ratio, sens, pinned, [k for k in labels if k not in pinned], reasons, iterations)
 
 
-def errors(runs: list[dict[str, Any]], options: CostOptions) -> list[float]:
-    """Signed step-time errors predicted / measured - 1 per run."""
+def errors(runs: list[dict[str, Any]], options: CostOptions | OptionsFor) -> list[float]:
+    """Signed step-time errors predicted / measured - 1 per run (options: one set, or a
+    function of the run's training.framework such as Fit.options_for)."""
     return [math.expm1(x) for x in log_errors(runs, options)]
 
 
@@ -155,7 +255,7 @@ def leave_one_out(runs: list[dict[str, Any]], base: CostOptions = DEFAULT_OPTION
     out = []
     for i in range(len(runs)):
         fit = fit_constants(runs[:i] + runs[i + 1:], base)
-        out.append(errors([runs[i]], fit.options)[0])
+        out.append(errors([runs[i]], fit.options_for)[0])
     return out
 
 

@@ -12,11 +12,36 @@ here); the calibrated constants assume it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
 from topology.collectives import allgather_time_s, allreduce_time_s, p2p_time_s, reduce_scatter_time_s
 from topology.groups import GroupLink
+
+
+def effective_link(link: GroupLink, intra_efficiency: float, inter_efficiency: float) -> GroupLink:
+    """The link at its achieved bandwidth: each tier's stated busbw x its network efficiency
+    (CostOptions.intra_node_network_efficiency / inter_node_network_efficiency).
+
+    A group inside one NVLink domain takes the intra ratio; a group that leaves it takes the
+    inter ratio on its ring bandwidth (its ring is bounded by the cross-domain hops, the
+    slower tier: topology.groups) and on its all-to-all; hierarchical forms scale their
+    intra-domain sub-rings and cross-domain rings by their own tier's ratio. Latencies are
+    unchanged. Both ratios 1 (the default) return the link itself.
+    """
+    if intra_efficiency == 1.0 and inter_efficiency == 1.0:
+        return link
+    ring = inter_efficiency if link.crosses_nodes else intra_efficiency
+
+    def scaled(bw: float | None, ratio: float) -> float | None:
+        return None if bw is None else bw * ratio
+
+    return dataclasses.replace(
+        link, bandwidth_gb_s=link.bandwidth_gb_s * ring,
+        intra_bandwidth_gb_s=scaled(link.intra_bandwidth_gb_s, intra_efficiency),
+        inter_bandwidth_gb_s=scaled(link.inter_bandwidth_gb_s, inter_efficiency),
+        alltoall_bandwidth_gb_s=scaled(link.alltoall_bandwidth_gb_s, ring))
 
 
 def allreduce_s(message_bytes: float, link: GroupLink) -> float:

@@ -73,6 +73,23 @@ class CostOptions:
     FSDP rows go from +17..24% at 0.8 to -1..+9% at 1.0 and its NeMo rows stay flat with
     DP as measured, so those rows are not independent evidence for this constant."""
 
+    intra_node_network_efficiency: float = 1.0
+    """Achieved / stated busbw of the collectives and transfers of a group that stays inside
+    one NVLink domain (scales cluster.intra_node.bandwidth_gb_s as the links carry it, and
+    the intra-domain sub-rings of hierarchical forms). Default 1.0: the stated figure is the
+    achieved one, as `trainplan cluster from-nccl-tests` sets it (busbw, NVIDIA/nccl-tests
+    doc/PERFORMANCE.md: the figure to compare with the hardware's peak); a spec holding the
+    nominal NVLink figure instead is off by what NCCL reaches: 8x H100 SXM all-reduce busbw
+    460-480 GB/s against 450 GB/s NVLink-4 per direction, 8x A100 230-250 GB/s against 300
+    (Alaya "NCCL-tests in practice", 2026). Fitted by `trainplan calibrate` (calibrate.BOUNDS)
+    or set from all-reduce sweeps by `calibrate --measure`; no default prediction uses it."""
+    inter_node_network_efficiency: float = 1.0
+    """The same ratio for a group that leaves its NVLink domain (cluster.inter_node: the
+    scale-out NICs; its ring is bounded by the cross-domain hops, so the whole ring takes
+    this ratio, and the cross-domain rings of hierarchical forms). Default 1.0 as above; a
+    spec holding the NICs' line rate rather than a measured busbw is optimistic by NCCL's
+    protocol overheads and the fabric's congestion, which this ratio absorbs."""
+
     # --- memory --------------------------------------------------------------------------
     framework_overhead_bytes: float = 3.0e9
     """CUDA context, NCCL communicator buffers, cuBLAS/attention workspaces per GPU (CUDA
@@ -98,6 +115,9 @@ class CostOptions:
                 raise SpecError(f"options.{name}: must be in (0, 1], got {value}")
         if not 0 <= self.dp_overlap_fraction <= 1:
             raise SpecError("options.dp_overlap_fraction: must be in [0, 1]")
+        for name in ("intra_node_network_efficiency", "inter_node_network_efficiency"):
+            if not 0 < getattr(self, name) <= 2:
+                raise SpecError(f"options.{name}: must be in (0, 2], got {getattr(self, name)}")
         if not 0 <= self.memory_margin_fraction < 1:
             raise SpecError("options.memory_margin_fraction: must be in [0, 1)")
 

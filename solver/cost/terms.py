@@ -15,7 +15,7 @@ from functools import cached_property, lru_cache
 from solver.cost import compute as C
 from solver.cost.accounting import ParameterCounts, parameter_counts
 from solver.cost.communication import (
-    allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s,
+    allgather_s, allreduce_s, bucketed_s, effective_link, p2p_s, reduce_scatter_s,
 )
 from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
@@ -84,9 +84,13 @@ def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp:
 
     Each term passes the degrees that place its group: a group's ranks depend on its own
     size and the sizes of the dimensions faster than it in ctx.rank_order (TP and CP are
-    fastest in both supported orders; DP and PP terms pass all four degrees).
+    fastest in both supported orders; DP and PP terms pass all four degrees). Bandwidths
+    are the achieved ones: the stated busbw x the options' network efficiency of the tier
+    (communication.effective_link; both 1 by default).
     """
-    return group_links(ctx.cluster, tp, cp, dp, pp, order=ctx.rank_order)[kind]
+    lk = group_links(ctx.cluster, tp, cp, dp, pp, order=ctx.rank_order)[kind]
+    o = ctx.options
+    return effective_link(lk, o.intra_node_network_efficiency, o.inter_node_network_efficiency)
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
@@ -147,8 +147,10 @@ def _measured_memory(case: dict[str, Any]) -> tuple[float | None, str | None]:
     return value, kind
 
 
-def validate_case(case: Any, fallback_id: str, options: CostOptions | None = None) -> CaseResult:
-    """Predict one case and compare it with its measurement.
+def validate_case(case: Any, fallback_id: str, options: CostOptions | None = None,
+                  framework_options: Mapping[str, CostOptions] | None = None) -> CaseResult:
+    """Predict one case and compare it with its measurement (under `options`, or the case's
+    training.framework's entry of `framework_options`: a calibrated profile's traits).
 
     Raises: PlannerError (SpecError for bad specs) with field paths.
     """
@@ -158,6 +160,7 @@ def validate_case(case: Any, fallback_id: str, options: CostOptions | None = Non
     if missing:
         raise PlannerError("case: missing " + ", ".join(missing))
     training = load_training(case["training"])
+    options = (framework_options or {}).get(training.framework, options)
     cluster = load_cluster(case["cluster"])
     est = estimate_layout(load_model(case["model"]), cluster, training, load_layout(case["layout"]), options)
     device = device_capacity_bytes(cluster.gpu.memory_gb)
@@ -232,8 +235,10 @@ def summarize(results: list[CaseResult]) -> dict[str, Any]:
             "memory": memory}
 
 
-def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> dict[str, Any]:
-    """Validate every non-blank line; bad lines become per-line errors, never a crash."""
+def validate_lines(lines: Iterable[str], options: CostOptions | None = None,
+                   framework_options: Mapping[str, CostOptions] | None = None) -> dict[str, Any]:
+    """Validate every non-blank line; bad lines become per-line errors, never a crash
+    (options / framework_options as validate_case)."""
     results: list[CaseResult] = []
     bad: list[LineError] = []
     for number, text in enumerate(lines, start=1):
@@ -243,7 +248,7 @@ def validate_lines(lines: Iterable[str], options: CostOptions | None = None) -> 
         try:
             case = json.loads(text)
             case_id = case.get("id") if isinstance(case, dict) else None
-            results.append(validate_case(case, f"line {number}", options))
+            results.append(validate_case(case, f"line {number}", options, framework_options))
         except json.JSONDecodeError as exc:
             bad.append(LineError(number, None, [f"not valid JSON ({exc.msg} at column {exc.colno})"]))
         except PlannerError as exc:

@@ -81,7 +81,7 @@ def test_cli_writes_a_profile_that_estimate_uses(tmp_path, capsys):
     out = tmp_path / "profile.json"
     assert main(["calibrate", runs, "-o", str(out), "--format", "json"]) == 0
     profile = json.loads(out.read_text())
-    assert profile["schema_version"] == 1 and len(profile["fitted_on"]["runs"]) == 3
+    assert profile["schema_version"] == 2 and len(profile["fitted_on"]["runs"]) == 3
     assert profile["errors"]["median_abs_after"] < profile["errors"]["median_abs_before"]
     capsys.readouterr()
     assert main(["estimate", *SEED, *LAYOUT]) == 0
