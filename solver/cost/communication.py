@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 
 from topology.collectives import allgather_time_s, allreduce_time_s, p2p_time_s, reduce_scatter_time_s
+from solver.cost.options import CostOptions
 from topology.groups import GroupLink
 
 
@@ -42,6 +43,11 @@ def effective_link(link: GroupLink, intra_efficiency: float, inter_efficiency: f
         intra_bandwidth_gb_s=scaled(link.intra_bandwidth_gb_s, intra_efficiency),
         inter_bandwidth_gb_s=scaled(link.inter_bandwidth_gb_s, inter_efficiency),
         alltoall_bandwidth_gb_s=scaled(link.alltoall_bandwidth_gb_s, ring))
+
+
+def achieved_link(link: GroupLink, options: CostOptions) -> GroupLink:
+    """effective_link at the options' intra- and inter-node network efficiencies."""
+    return effective_link(link, options.intra_node_network_efficiency, options.inter_node_network_efficiency)
 
 
 def allreduce_s(message_bytes: float, link: GroupLink) -> float:

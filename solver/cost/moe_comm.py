@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from solver.cost import moe_layer as ML
-from solver.cost.communication import allgather_s, bucketed_s, reduce_scatter_s, allreduce_s
+from solver.cost.communication import achieved_link, allgather_s, bucketed_s, reduce_scatter_s, allreduce_s
 from solver.cost.compute import ACT_BYTES
 from solver.cost.terms import CostContext, DpTraffic, dp_bucket_elements, layer_tp_comm_s
 from solver.specs import Recompute
@@ -37,7 +37,8 @@ def expert_links(ctx: CostContext, *, etp: int, ep: int, edp: int, pp: int) -> d
     """Links of the expert groups: 'etp' (expert TP), 'ep' and 'edp' (expert-DP), every group
     of a kind active at once (module docstring: the CP / DP groups of degrees (etp, ep, edp, pp))."""
     links = group_links(ctx.cluster, etp, ep, edp, pp, order=ctx.rank_order)
-    return {"etp": links["tp"], "ep": links["cp"], "edp": links["dp"]}
+    return {name: achieved_link(links[kind], ctx.options)  # each tier's achieved busbw (terms.link)
+            for name, kind in (("etp", "tp"), ("ep", "cp"), ("edp", "dp"))}
 
 
 def routed_expert_params(ctx: CostContext) -> int:

@@ -14,9 +14,7 @@ from functools import cached_property, lru_cache
 
 from solver.cost import compute as C
 from solver.cost.accounting import ParameterCounts, parameter_counts
-from solver.cost.communication import (
-    allgather_s, allreduce_s, bucketed_s, effective_link, p2p_s, reduce_scatter_s,
-)
+from solver.cost.communication import achieved_link, allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s
 from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
 from solver.frameworks import FrameworkProfile, load_framework
@@ -84,13 +82,10 @@ def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp:
 
     Each term passes the degrees that place its group: a group's ranks depend on its own
     size and the sizes of the dimensions faster than it in ctx.rank_order (TP and CP are
-    fastest in both supported orders; DP and PP terms pass all four degrees). Bandwidths
-    are the achieved ones: the stated busbw x the options' network efficiency of the tier
-    (communication.effective_link; both 1 by default).
+    fastest in both supported orders; DP and PP terms pass all four degrees). At the
+    tier's achieved busbw (communication.achieved_link; the stated one by default).
     """
-    lk = group_links(ctx.cluster, tp, cp, dp, pp, order=ctx.rank_order)[kind]
-    o = ctx.options
-    return effective_link(lk, o.intra_node_network_efficiency, o.inter_node_network_efficiency)
+    return achieved_link(group_links(ctx.cluster, tp, cp, dp, pp, order=ctx.rank_order)[kind], ctx.options)
 
 
 @lru_cache(maxsize=256)

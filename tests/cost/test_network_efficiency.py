@@ -71,6 +71,25 @@ def test_efficiency_equals_a_spec_with_the_achieved_busbw(seed_model, seed_clust
     assert scaled.step_time_s > estimate_layout(seed_model, seed_cluster, seed_training, lo).step_time_s
 
 
+def test_moe_expert_links_take_the_efficiency_too(seed_cluster, seed_training):
+    """Mixtral 8x7B (tests/fixtures/hf) at TP 2, EP 8 (the EP group spans two nodes), expert-DP 64:
+    the same equivalence holds for the all-to-all and the expert gradient links
+    (solver.cost.moe_comm.expert_links)."""
+    from pathlib import Path
+
+    from solver.presets import load_model
+
+    mixtral = load_model(str(Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "mixtral-8x7b" / "config.json"))
+    o = dataclasses.replace(DEFAULT_OPTIONS, intra_node_network_efficiency=0.7, inter_node_network_efficiency=0.6)
+    slower = seed_cluster.model_copy(update={
+        "intra_node": seed_cluster.intra_node.model_copy(update={"bandwidth_gb_s": 450 * 0.7}),
+        "inter_node": seed_cluster.inter_node.model_copy(update={"bandwidth_gb_s": 45 * 0.6})})
+    lo = LayoutSpec(tp=2, pp=1, dp=256, ep=8, zero_stage=1)
+    scaled = estimate_layout(mixtral, seed_cluster, seed_training, lo, o).step_time_s
+    assert scaled == pytest.approx(estimate_layout(mixtral, slower, seed_training, lo).step_time_s)
+    assert scaled > estimate_layout(mixtral, seed_cluster, seed_training, lo).step_time_s
+
+
 def test_calibrate_recovers_the_inter_node_efficiency_of_multi_node_runs():
     """llm-foundry FSDP rows over 2-8 nodes (exposed ZeRO-3 traffic), measured steps made by the
     model at inter-node efficiency 0.7: the fit finds 0.70 and pins it down."""
