@@ -142,13 +142,20 @@ def op_selective_bytes(model: ModelSpec, seq_len: int, *, tp: int, cp: int, sp: 
 
 def in_flight_microbatches(pp: int, vpp: int, grad_accum: int) -> float:
     """Micro-batches whose activations the first stage holds at its peak (in units of a
-    whole stage's L/p layers): 1F1B min(p, m); interleaved p (1 + (p-1)/(p v))
-    (Korthikanti et al. 2022, Sec. 4.2.3; Narayanan et al. 2021, Sec. 2.2.1)."""
+    whole stage's L/p layers): 1F1B min(p, m); interleaved min(m, p (1 + (p-1)/(p v)))
+    (Korthikanti et al. 2022, Sec. 4.2.3; Narayanan et al. 2021, Sec. 2.2.1).
+
+    The interleaved figure is the first rank's warm-up, (v-1) p + 2 (p-1) forward chunks
+    plus one, of L/(p v) layers each; both Megatron-Core (schedules.py,
+    get_pp_rank_microbatches: warm-up capped at the m v chunks there are) and PyTorch's
+    ScheduleInterleaved1F1B (warm-up ops capped at the stage's m x v micro-batch ops) stop
+    at m micro-batches of every local chunk, i.e. m x L/p layers: no rank holds more than
+    the m micro-batches of the step."""
     if pp == 1:
         return 1.0
     if vpp == 1:
         return float(min(pp, grad_accum))
-    return min(pp, grad_accum) * (1.0 + (pp - 1) / (pp * vpp))
+    return min(float(grad_accum), pp * (1.0 + (pp - 1) / (pp * vpp)))
 
 
 def embedding_stored_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int) -> float:
@@ -217,8 +224,9 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
 
     DP: two gradient buckets in flight (Megatron DDP); SP: the all-gathered layer input
     (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t);
-    gathered BF16 weights of the layers in flight where the framework's recipe has them
-    (ZeRO-3 / FSDP prefetch: two layers; solver.cost.state.gathered_weight_bytes).
+    gathered BF16 weights where the framework's recipe has them (ZeRO-3 / FSDP prefetch:
+    two layers; FSDP2's LM-head unit and all-gather stream pool;
+    solver.cost.state.gathered_weight_bytes).
     """
     rec = ctx.training.precision
     s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
@@ -229,4 +237,4 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
         out += ACT_BYTES * s_b_h
     if pp > 1:
         out += 4 * ACT_BYTES * s_b_h / tp
-    return out + gathered_weight_bytes(ctx.training, ctx.params.per_layer, tp=tp, pp=pp, zero=zero)
+    return out + gathered_weight_bytes(ctx.training, ctx.params, tp=tp, pp=pp, zero=zero)

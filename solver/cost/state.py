@@ -14,7 +14,7 @@ explicitly keeps the framework's sharding but its own bytes (with_precision).
 """
 from __future__ import annotations
 
-from solver.cost.accounting import StateBytes
+from solver.cost.accounting import ParameterCounts, StateBytes
 from solver.frameworks import StateRecipe, load_framework
 from solver.specs import TrainingSpec
 
@@ -65,9 +65,26 @@ def framework_state_bytes(training: TrainingSpec, local_params: float, *, pp: in
     )
 
 
-def gathered_weight_bytes(training: TrainingSpec, layer_params: float, *, tp: int, pp: int, zero: int) -> float:
-    """Unsharded BF16 weights of the layers in flight (ZeRO-3 / FSDP prefetch), bytes."""
-    return state_recipe(training, zero, pp).gathered_layers * layer_params / tp * BF16_BYTES
+def gathered_weight_bytes(training: TrainingSpec, params: ParameterCounts, *, tp: int, pp: int, zero: int) -> float:
+    """Unsharded BF16 weights beyond the recipe's per-parameter bytes, bytes per GPU (each
+    term a recipe field, cited in the framework's profile):
+    - gathered_layers: transformer layers in flight (ZeRO-3 / FSDP prefetch);
+    - head_unit_unsharded: the LM-head unit (final norm + LM head; with tied embeddings the
+      embedding too), kept gathered from its forward to its backward (torchtitan's FSDP2
+      default policy);
+    - all_gather_pool: all-gather outputs cached on the all-gather stream, which only that
+      stream reuses (PyTorch's caching allocator): the largest two consecutive units, the
+      embedding or the LM-head unit plus one layer.
+    Everything is split over TP (the FSDP units hold the rank's TP shard)."""
+    r = state_recipe(training, zero, pp)
+    embedding = params.embedding + params.position_embedding
+    # with tied embeddings (no separate LM head) torchtitan puts the embedding, final norm and
+    # head in one unit, kept under the same policy (fsdp.py, enable_weight_tying)
+    layer, head = params.per_layer, params.final_norm + (params.lm_head or embedding)
+    units = r.gathered_layers * layer + (head if r.head_unit_unsharded else 0.0)
+    if r.all_gather_pool:
+        units += max(head, embedding) + layer
+    return units / tp * BF16_BYTES
 
 
 def recipe_summary(training: TrainingSpec, zero: int, pp: int, dp: int, cp: int) -> dict:

@@ -132,6 +132,13 @@ class StateRecipe(StrictModel):
     optimizer_sharded_bytes: float = Field(ge=0, le=64)
     gathered_layers: int = Field(
         ge=0, le=8, description="Transformer layers of unsharded BF16 weights in flight (ZeRO-3 prefetch).")
+    head_unit_unsharded: bool = Field(
+        default=False, description="The LM-head unit (final norm + LM head) stays unsharded (BF16) from its "
+                                   "forward to its backward while the layers are resharded (FSDP2).")
+    all_gather_pool: bool = Field(
+        default=False, description="All-gather outputs are allocated on a side stream whose cached blocks only "
+                                   "that stream reuses: the largest two consecutive units (embedding or LM head, "
+                                   "plus one layer; BF16) stay reserved beside the compute stream's peak.")
     sources: tuple[Source, ...] = Field(min_length=1, strict=False)
 
     @property

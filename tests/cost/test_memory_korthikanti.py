@@ -79,6 +79,11 @@ def test_first_stage_holds_p_microbatches_of_l_over_p_layers(ctx):
 def test_interleaved_penalty():
     # Interleaved schedule multiplies by 1 + (p-1)/(p v) (Sec. 4.2.3; Megatron theoretical memory).
     assert in_flight_microbatches(8, 3, 64) == pytest.approx(8 * (1 + 7 / 24))
+    # Interleaved with m = p: the first rank's warm-up, (v-1) p + 2 (p-1) + 1 = 23 chunks of
+    # L/(p v) at p 8, v 2, would be 11.5 stage-equivalents, but the step has only m v = 16
+    # chunks (Megatron get_pp_rank_microbatches caps the warm-up there): 8 micro-batches.
+    assert in_flight_microbatches(8, 2, 8) == 8
+    assert in_flight_microbatches(8, 2, 16) == pytest.approx(8 + 7 / 2)
     assert in_flight_microbatches(8, 1, 4) == 4          # fewer micro-batches than stages
     assert in_flight_microbatches(1, 1, 64) == 1
 

@@ -39,14 +39,33 @@ def test_megatron_ddp_is_18_bytes():
 
 def test_torchtitan_fsdp2_is_16_over_d_plus_two_gathered_layers():
     # FSDP2 (ZeRO-3), TP8, d = 64: FP32 param 4 + FP32 grad 4 + Adam 8 = 16/64 B/param of
-    # N/8, = 2.17 GB; two BF16 layers in flight: 2 x 855,654,400 / 8 x 2 B = 0.428 GB.
+    # N/8, = 2.17 GB. Beyond ZeRO-2 ('never', whose BF16 copy is in the weights): two BF16
+    # layers in flight, 2 x 855,654,400 / 8 x 2 B = 0.428 GB, and the LM-head unit kept
+    # gathered: seed-70b ties its embeddings, so the unit is embedding (128,000 x 8,192 =
+    # 1,048,576,000) + final norm (8,192): 1,048,584,192 / 8 x 2 B = 0.262 GB.
     est, w, g, o = _state("torchtitan", tp=8, dp=64, zero_stage=3, sequence_parallel=True)
     assert w + g + o == pytest.approx(16 / 64 * N / 8)
     ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
                        load_training("seed-300b").model_copy(update={"framework": "torchtitan"}))
     no_gather = comm_buffer_bytes(ctx, tp=8, cp=1, dp=64, pp=1, sp=True, zero=2, micro_batch=1)
     with_gather = comm_buffer_bytes(ctx, tp=8, cp=1, dp=64, pp=1, sp=True, zero=3, micro_batch=1)
-    assert with_gather - no_gather == pytest.approx(2 * 855_654_400 / 8 * 2)
+    assert with_gather - no_gather == pytest.approx((2 * 855_654_400 + 1_048_584_192) / 8 * 2)
+
+
+def test_torchtitan_all_gather_stream_pool_is_the_largest_unit_pair():
+    # FSDP2 allocates all-gather outputs on its copy-in stream and keeps the last one until
+    # the next copy-in; the caching allocator reuses a stream's blocks on that stream only.
+    # The largest consecutive pair on seed-70b at TP8: the tied embedding unit (1,048,584,192)
+    # and one layer (855,654,400): 1,904,238,592 / 8 x 2 B = 0.476 GB, held by every FSDP
+    # recipe of torchtitan (ZeRO-1 under PP, 2, 3) and by none of Megatron-Core's.
+    pool = 1_904_238_592 / 8 * 2
+    for framework, zero, pp, expected in (("torchtitan", 2, 1, pool), ("torchtitan", 1, 4, pool),
+                                          ("megatron-core", 1, 4, 0.0)):
+        ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
+                           load_training("seed-300b").model_copy(update={"framework": framework}))
+        bufs = comm_buffer_bytes(ctx, tp=8, cp=1, dp=1, pp=pp, sp=False, zero=zero, micro_batch=1)
+        p2p = 4 * 2 * 8192 * 8192 / 8 if pp > 1 else 0.0  # seed-300b seq 8192, micro-batch 1
+        assert bufs - p2p == pytest.approx(expected)
 
 
 def test_torchtitan_fsdp_under_pipelining_keeps_stage_grads_whole():
