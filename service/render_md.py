@@ -184,7 +184,7 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 GRID_HEAD = ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO", "micro-batch", "recompute", "accumulation",
              "tokens per step", "model state per GPU", "memory per GPU", "predicted step time",
-             "predicted " + MFU_HEAD[0], "predicted " + MFU_HEAD[1], "note"]
+             *MFU_HEAD, "note"]
 
 
 def grid_cells(g: dict[str, Any]) -> list[Any]:
@@ -217,7 +217,7 @@ def _stages(plan: dict[str, Any]) -> list[str]:
             "", f"**Stage 3, {s3['name']}**: checkpoint {_gb(s3['checkpoint_bytes'])} (weights + "
             f"optimizer state), predicted write {s3['checkpoint_write_s']:.1f} s, every "
             f"{s3['checkpoint_interval_s']:,.0f} s (see Run risk); " + "; ".join(s3["checks"]) + ".",
-            "", f"**Stage 4, {s4['name']}**: {s4['tokens']:.3g} tokens ({s4['steps']:,} steps, "
+            "", f"**Stage 4, {s4['name']}**: {s4['tokens']:,.0f} tokens ({s4['steps']:,} steps, "
             f"{s4['gpu_hours']:,.0f} GPU-hours); " + "; ".join(s4["checks"]) + "."]
     return out
 

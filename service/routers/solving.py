@@ -84,9 +84,9 @@ def report_data(plan: dict[str, Any], model, cluster) -> dict[str, Any]:
     """Chart inputs for a plan's report: per-GPU memory by component and step-time breakdown
     of the top layouts and of the ladder's choice, as the plan's search estimated them
     (solver.search.api.plan_layouts gives every layout both; nothing is estimated again)."""
-    from solver.plan import LAYOUT_FIELDS
+    from solver.plan import layout_fields
 
-    rows = [_chart_row(f"#{i}", {k: entry[k] for k in LAYOUT_FIELDS}, entry)
+    rows = [_chart_row(f"#{i}", {**layout_fields(entry), "framework": entry.get("framework")}, entry)
             for i, entry in enumerate((plan.get("layouts") or [])[:REPORT_LAYOUTS], 1)]
     choice = plan.get("ladder_choice") or {}
     if choice.get("memory_per_gpu_bytes") and choice.get("time_breakdown_s"):

@@ -96,3 +96,17 @@ def problems(response) -> dict[str, str]:
     assert err["status"] == response.status_code
     assert isinstance(err["message"], str) and err["type"]
     return {p["field"]: p["reason"] for p in err["problems"]}
+
+
+@pytest.fixture(scope="session")
+def seed_plan_page(seed_model, seed_cluster, seed_training) -> tuple[dict, str]:
+    """The seed plan as JSON-ready data and its report page (`trainplan plan --format html`),
+    built once for the session."""
+    import json
+
+    from service.commands.plan import plan_html
+    from service.routers.errors import jsonable
+    from solver.plan import build_plan
+
+    plan = build_plan(seed_model, seed_cluster, seed_training)
+    return json.loads(json.dumps(jsonable(plan))), plan_html(plan, seed_model, seed_cluster)

@@ -55,16 +55,8 @@ def test_causal_training_flips_the_convention_in_use(capsys):
 
 
 @pytest.fixture(scope="module")
-def seed_plan_json() -> dict:
-    """`trainplan plan` on the seed, as JSON (one run for the module)."""
-    from service.commands.plan import DEFAULT_TRAINING
-    from service.routers.errors import jsonable
-    from solver.plan import build_plan
-    from solver.presets import load_model, load_training
-    from topology.catalog import load_cluster
-
-    plan = build_plan(load_model("seed-70b"), load_cluster("seed-512"), load_training(DEFAULT_TRAINING))
-    return json.loads(json.dumps(jsonable(plan)))
+def seed_plan_json(seed_plan_page) -> dict:
+    return seed_plan_page[0]
 
 
 def test_plan_json_and_markdown_carry_both_everywhere(seed_plan_json):
@@ -83,7 +75,7 @@ def test_plan_json_and_markdown_carry_both_everywhere(seed_plan_json):
     assert f"MFU {p['mfu']:.1%} (non-causal attention FLOPs; causal {p['mfu_causal']:.1%}" in md
     assert "Wall time at 50% MFU (non-causal attention FLOPs)" in md
     assert "MFU, non-causal attention FLOPs | MFU, causal attention FLOPs" in md  # ranked table
-    assert "predicted MFU, non-causal attention FLOPs | predicted MFU, causal attention FLOPs" in md  # grid
+    assert "predicted step time | MFU, non-causal attention FLOPs | MFU, causal attention FLOPs" in md  # grid
     assert f"non-causal attention FLOPs, causal: predicted {p['mfu_causal']:.1%}" in md  # failure check
 
 
