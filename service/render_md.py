@@ -167,6 +167,23 @@ def _versus(plan: dict[str, Any]) -> list[str]:
     return out
 
 
+def _reference(plan: dict[str, Any]) -> list[str]:
+    """The published figure (training.reference) beside the plan's GPU-hour estimates."""
+    r = plan.get("reference")
+    if not r:
+        return []
+    rows = [[e["estimate"], _lay(e["layout"]) if "layout" in e else "", f"{e['gpus']:,}",
+             f"{e['step_time_s']:.2f}" if "step_time_s" in e else "",
+             f"{e['mfu']:.1%}" if "mfu" in e else "",
+             ("yes" if e["fits"] else "no") if "fits" in e else "",
+             f"{e['gpu_hours']:,.0f}", f"{e['ratio_to_published']:.2f}"] for e in r["estimates"]]
+    return (["", "### Published reference", "",
+             f"Published: **{r['published_gpu_hours']:,.0f} GPU-hours** ({r['scope']}; {r['source']}). "
+             f"The plan's estimates for {r['steps']:,} steps, ratio = estimate / published:", ""]
+            + md_table(["estimate", "layout", "GPUs", "step s", "MFU", "fits", "GPU-hours",
+                        "ratio"], rows))
+
+
 def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     note = "" if b["tokens_per_step"] == b["target_tokens_per_step"] else (
         f" (target was {b['target_tokens_per_step']:,}: retune learning rate and warmup)")
@@ -347,7 +364,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     head = [f"# Training plan: {i['model']['name']} on {i['cluster']['name']} "
             f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""] + _warnings(plan.get("warnings", []))
     lines = (_parameters(plan["parameters"]) + _memory(plan["memory"])
-             + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan)
+             + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan) + _reference(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
              + _risk(plan) + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
     return "\n".join(head + number_sections(lines))

@@ -260,13 +260,15 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     Keys pinned by the contract: parameters.total, memory.model_state_bytes,
     flops.{parameter_matmul,attention,total}, time.{assumed_mfu,wall_s,gpu_hours},
-    batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s.
+    batch.{tokens_per_step,steps}, layouts (best first), communication.dp_grad_sync_lower_bound_s;
+    `reference` (solver.plan_reference) when the training states a published figure.
     `cost_options` / `step_band` (a calibrated profile's, solver.cost.profile) replace the shipped
     constants and step-time band in the default ranking, the ladder's choice and the prediction.
     Raises: SpecError (training.tokens missing), InfeasibleError (no layout fits).
     """
     from solver.cost.state import per_layout_recipe_note
     from solver.layouts import ladder_or_none, ladder_versus_best, prediction, searched_layouts
+    from solver.plan_reference import reference_section
     from solver.plan_risk import failure_checks, run_risk_section
     from solver.plan_stages import validation_stages
 
@@ -319,6 +321,9 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
     plan["warnings"] = plan_warnings(training, cluster, plan)
+    reference = reference_section(model, cluster, training, plan, cost_options)
+    if reference is not None:
+        plan["reference"] = reference
     plan["run_risk"] = run_risk_section(model, cluster, training, plan, best)
     plan["validation_stages"] = validation_stages(model, cluster, training, plan)
     plan["failure_checks"] = failure_checks(flops, cluster, training, plan)

@@ -180,6 +180,11 @@ class TrainingSpec(StrictModel):
         description="Tokens of the busiest expert rank over the mean (>= 1) when the run states a "
                     "measured value; unset: the capacity factor if set, else the cost model's default "
                     "(solver.cost.moe_layer.DEFAULT_LOAD_IMBALANCE, its basis printed with the estimate).")
+    reference: ReferenceSpec | None = Field(
+        default=None,
+        description="A published figure for this run (its GPU-hours, scope and source, and the "
+                    "published layout if any) that `plan` prints beside its own estimates, with "
+                    "the ratio predicted / published (solver.plan_reference).")
     moe_a2a_overlap: bool = Field(
         default=False,
         description="Token dispatch/combine all-to-all hidden under another micro-batch's compute "
@@ -302,3 +307,23 @@ def check_layout_fits_model(model: ModelSpec, training: TrainingSpec, layout: La
     if training.seq_len % (2 * layout.cp) and layout.cp > 1:
         out.append(f"layout.cp: seq_len ({training.seq_len}) not divisible by 2*cp ({2 * layout.cp})")
     return out
+
+
+class ReferenceSpec(StrictModel):
+    """A published measurement of the run a training spec describes, for comparison in `plan`.
+
+    Units: GPU-hours (GPUs x wall-clock hours). Compare like with like: `scope` says what the
+    published figure counts (e.g. pre-training only, without context extension).
+    """
+
+    gpu_hours: float = Field(gt=0, le=1e12, description="Published GPU-hours of the run.")
+    scope: str = Field(min_length=1, max_length=300,
+                       description="What the figure counts, e.g. 'pre-training, 14.8T tokens'.")
+    source: str = Field(min_length=1, max_length=1000,
+                        description="Where it is published (document, section, table).")
+    layout: LayoutSpec | None = Field(
+        default=None, description="The published parallel layout; `plan` predicts it too.")
+
+
+TrainingSpec.model_rebuild()  # resolve the forward reference to ReferenceSpec
+
