@@ -74,7 +74,17 @@ class SearchOptions(StrictModel):
         description="Largest interleaving (virtual stages per pipeline rank). Default (null): every "
                     "count the pipeline rule admits (pp x vpp chunks of >= 1 layer that divide the "
                     "layers); NVIDIA's GPT-3 175B and Nemotron-4 340B recipes use 12.")
-    max_cp: int = Field(default=16, ge=1, le=1024, description="Largest context-parallel degree.")
+    # 16 is the largest context-parallel degree of any published run we hold: Meta's Llama 3
+    # 405B long-context stage, CP 16 at 131,072 tokens (Dubey et al. 2024, Table 4; held-out
+    # row dubey2024_llama3_405b_t4_16384_cp16); torchtitan's own benchmarks stop at CP 8 (262,144
+    # tokens, benchmarks/llama3_h100_202412_torchtitan.md Tables 2 and 6) and NVIDIA's DGXC
+    # Megatron-Core recipes at CP 2. Neither framework caps CP (Megatron-LM
+    # context_parallel.md, torchtitan parallel_dims.py): longer sequences pass --max-cp.
+    # tests/search/test_max_cp_basis.py keeps the default >= every published run's CP.
+    max_cp: int = Field(default=16, ge=1, le=1024,
+                        description="Largest context-parallel degree. Default 16: the largest CP of a "
+                                    "published run (Llama 3 405B at 131,072 tokens, Dubey et al. 2024 "
+                                    "Table 4); neither Megatron-Core nor torchtitan caps it.")
     max_ep: int | None = Field(
         default=None, ge=1, le=100_000,
         description="Largest expert-parallel degree (MoE models). Default (null): every divisor of "

@@ -131,11 +131,23 @@ def test_validate_rejects_a_peak_without_its_kind(tmp_path, capsys):
 def test_megatron_core_runs_meet_the_memory_target():
     # The issue's target, median |memory error| <= 8%, on the runs of the framework whose
     # recipe the model implements (Megatron-Core: 6 + 12/d bytes/param with the distributed
-    # optimizer). The four functional-test runs come out at -2.6/-2.3/-10.5/-12.1%, median
-    # 6.5%; under the seed's 12-byte recipe they were at -13.7/-13.4/-22.3/-23.7% (median 18%).
-    # The whole set does not meet it (torchtitan; README "Measured peak memory per GPU").
+    # optimizer, dropout counted, interleaved in-flight capped at m). The four functional-test
+    # runs come out at -3.7/-3.4/-2.8/-4.6%, median 3.5%; under the seed's 12-byte recipe they were at -13.7/-13.4/-22.3/-23.7% (median 18%).
     lines = [t for t in MEMORY_RUNS.read_text().splitlines()
              if t.strip() and framework(json.loads(t)) == "megatron-core"]
     memory = validate_lines(lines)["summary"]["memory"]
     assert memory["measured_cases"] == 4
     assert memory["median_abs_error"] <= 0.08
+
+
+def test_the_whole_memory_set_meets_the_target():
+    # Issue 10: median |memory error| <= 8% over every published run with a measured peak
+    # (26 runs, three frameworks). With torchtitan's FSDP2 LM-head unit and all-gather stream
+    # pool, the interleaved in-flight cap and the Trainy rows' compiled loss: 7.4% overall,
+    # torchtitan 7.8% (README "Measured peak memory per GPU"; was 10.4% / 15.0%).
+    memory = validate_lines(MEMORY_RUNS.read_text().splitlines())["summary"]["memory"]
+    assert memory["measured_cases"] == 26
+    assert memory["median_abs_error"] <= 0.08
+    torchtitan = [t for t in MEMORY_RUNS.read_text().splitlines()
+                  if t.strip() and framework(json.loads(t)) == "torchtitan"]
+    assert validate_lines(torchtitan)["summary"]["memory"]["median_abs_error"] <= 0.08
