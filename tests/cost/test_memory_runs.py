@@ -132,7 +132,8 @@ def test_megatron_core_runs_meet_the_memory_target():
     # The target, median |memory error| <= 8%, on the runs of the framework whose
     # recipe the model implements (Megatron-Core: 6 + 12/d bytes/param with the distributed
     # optimizer, dropout counted, interleaved in-flight capped at m). The four functional-test
-    # runs come out at -3.7/-3.4/-2.8/-4.6%, median 3.5%; under the seed's 12-byte recipe they were at -13.7/-13.4/-22.3/-23.7% (median 18%).
+    # runs come out at -3.7/-3.4/-2.8/-4.6%, median 3.5%; under the seed's 12-byte recipe
+    # they were at -13.7/-13.4/-22.3/-23.7% (median 18%).
     lines = [t for t in MEMORY_RUNS.read_text().splitlines()
              if t.strip() and framework(json.loads(t)) == "megatron-core"]
     memory = validate_lines(lines)["summary"]["memory"]
