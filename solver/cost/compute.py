@@ -97,13 +97,46 @@ class LayerShape:
 
 
 def layer_shape(model: ModelSpec, seq_len: int, tp: int, cp: int, micro_batch: int) -> LayerShape:
-    """Shapes of one layer on one GPU (heads split over tp; sequence split over cp)."""
+    """Shapes of one layer on one GPU (heads split over tp; sequence split over cp).
+
+    MLA (model.mla): q_width = H d_qk / tp; kv_width and head_dim stand for the mean of the
+    query/key and value head sizes, (d_qk + d_v) / 2, so that the attention core's
+    4 M S h dh FLOPs are MLA's 2 M S h (d_qk + d_v) (QK^T over d_qk, PV over d_v;
+    DeepSeek-V2 eqs. 9-19) and a CP ring moves K and V of 2 x kv_width = H (d_qk + d_v) / tp.
+    """
+    if model.mla is not None:
+        mean_dh = (model.mla.qk_head_dim + model.mla.v_head_dim) // 2
+        return LayerShape(
+            tokens=micro_batch * seq_len // cp, seq_kv=seq_len, hidden=model.hidden,
+            q_width=model.heads * model.mla.qk_head_dim // tp, kv_width=model.heads * mean_dh // tp,
+            ffn_width=model.ffn_hidden // tp, heads=model.heads // tp, head_dim=mean_dh, gated=model.ffn_gated)
     kv_heads_local = max(1, model.kv_heads // tp)
     return LayerShape(
         tokens=micro_batch * seq_len // cp, seq_kv=seq_len, hidden=model.hidden,
         q_width=model.heads * model.head_dim // tp, kv_width=kv_heads_local * model.head_dim,
         ffn_width=model.ffn_hidden // tp, heads=model.heads // tp, head_dim=model.head_dim,
         gated=model.ffn_gated)
+
+
+def mla_gemms(model: ModelSpec, sh: LayerShape, tp: int) -> list[tuple[int, int, int]]:
+    """(m, n, k) of MLA's forward GEMMs on one GPU, column-parallel ones first, the output
+    projection last (NVIDIA/Megatron-LM d98e8a64, core/transformer/multi_latent_attention.py:
+    linear_q_down_proj and linear_kv_down_proj are TELinear parallel_mode='duplicated' on the
+    sequence-parallel shard, tokens / tp rows with the full latent width; the up projections
+    are column-parallel over all tokens; linear_proj row-parallel; DeepSeek-V2 eqs. 9-19):
+    q down (M/tp, r_q, D), kv down (M/tp, r_kv + d_rope, D), q up (M, H d_qk / tp, r_q) or,
+    without q_lora_rank, q (M, H d_qk / tp, D); kv up (M, H (d_nope + d_v) / tp, r_kv);
+    output (M, D, H d_v / tp)."""
+    a, m, h = model.mla, sh.tokens, model.heads // tp
+    assert a is not None
+    sp_rows = max(1, m // tp)
+    out = [(sp_rows, a.kv_lora_rank + a.qk_rope_head_dim, sh.hidden),
+           (m, h * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)]
+    if a.q_lora_rank is None:
+        out.append((m, h * a.qk_head_dim, sh.hidden))
+    else:
+        out += [(sp_rows, a.q_lora_rank, sh.hidden), (m, h * a.qk_head_dim, a.q_lora_rank)]
+    return out + [(m, sh.hidden, h * a.v_head_dim)]
 
 
 def layer_gemms(sh: LayerShape) -> list[tuple[int, int, int]]:
@@ -176,7 +209,11 @@ def elementwise_fwd_bytes(sh: LayerShape, model: ModelSpec, tp: int, sp: bool, d
     norm_rows = sh.tokens / tp if sp else sh.tokens
     h = sh.hidden
     sp_region = norm_rows * (8 * h + 12 * h + (2 * h if dropout else 0))
-    rope = 4 * (sh.q_width + sh.kv_width) * sh.tokens if model.position_embedding == "rope" else 0
+    rope: float = 4 * (sh.q_width + sh.kv_width) * sh.tokens if model.position_embedding == "rope" else 0
+    if model.mla is not None:  # rotary on the rope parts only; the two latent RMSNorms (r_q, r_kv)
+        a = model.mla
+        rope = (4 * (sh.heads * a.qk_rope_head_dim + a.qk_rope_head_dim) * sh.tokens
+                + 8 * ((a.q_lora_rank or 0) + a.kv_lora_rank) * norm_rows)
     act = (6 if sh.gated else 4) * sh.ffn_width * sh.tokens
     return float(sp_region + rope + act)
 
@@ -190,7 +227,13 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
     joins the elementwise time; the attention core stays BF16.
     """
     sh = layer_shape(model, seq_len, tp, cp, micro_batch)
-    parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts, fp8 is not None) for m, n, k in layer_gemms(sh)]
+    gemms = layer_gemms(sh)
+    columns = [0, 2]  # QKV and FFN-up: column-parallel (their grads hide TP traffic)
+    if model.mla is not None:
+        attn = mla_gemms(model, sh, tp)
+        gemms = attn + gemms[2:]
+        columns = [*range(len(attn) - 1), len(attn)]
+    parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts, fp8 is not None) for m, n, k in gemms]
     dropout = dropout_on(model, opts)
     attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts, dropout)
     hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
@@ -198,8 +241,8 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
     cast_fwd, cast_bwd = fp8_cast_s(sh, tp, sp, fp8, hbm) if fp8 is not None else (0.0, 0.0)
     return LayerTimes(
         gemm_fwd_s=sum(p[0] for p in parts), gemm_dgrad_s=sum(p[1] for p in parts),
-        gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=parts[0][1] + parts[2][1],
-        column_wgrad_s=parts[0][2] + parts[2][2],
+        gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=sum(parts[i][1] for i in columns),
+        column_wgrad_s=sum(parts[i][2] for i in columns),
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd,
         elementwise_fwd_s=elem_fwd + cast_fwd, elementwise_bwd_s=2.0 * elem_fwd + cast_bwd)
 

@@ -59,6 +59,8 @@ def layer_activation_parts(model: ModelSpec, seq_len: int, *, tp: int, cp: int, 
     heads = model.heads / tp
     attention = (ACT_BYTES * sbh * rep + mask * rep                         # QKV input, out mask
                  + ACT_BYTES * s * b * (2 * q_width + 2 * kv_width))       # Q, K, V, proj input
+    if model.mla is not None:
+        attention = ACT_BYTES * sbh * rep + mask * rep + mla_stored_bytes(model, s * b, tp=tp, rep=rep)
     if kernel == "unfused":
         core = (5.0 if dropout else 2.0) * heads * s * seq_len * b   # softmax (+mask, +dropout out)
     else:
@@ -68,6 +70,19 @@ def layer_activation_parts(model: ModelSpec, seq_len: int, *, tp: int, cp: int, 
            + ACT_BYTES * s * b * ffn * ((2 if model.ffn_gated else 1) + 1))  # act in(s) + out
     return LayerActivations(norms=2 * ACT_BYTES * sbh * rep, attention=attention,
                             attention_core=core, mlp=mlp)
+
+
+def mla_stored_bytes(model: ModelSpec, tokens: float, *, tp: int, rep: float) -> float:
+    """What MLA keeps for backward beyond its input, for `tokens` = s b per GPU (BF16; the
+    shapes of compute.mla_gemms, NVIDIA/Megatron-LM d98e8a64 multi_latent_attention.py):
+    the down projections' outputs on the sequence-parallel shard (rep: 1/t with SP), the
+    latents after their RMSNorms gathered for the up projections (r_q + r_kv), Q and K of
+    H d_qk / t, V of H d_v / t and the core output, the output projection's input (H d_v / t)."""
+    a, h = model.mla, model.heads / tp
+    assert a is not None
+    r_q = a.q_lora_rank or 0
+    down = (r_q + a.kv_lora_rank + a.qk_rope_head_dim) * rep
+    return ACT_BYTES * tokens * (down + r_q + a.kv_lora_rank + 2 * h * a.qk_head_dim + 2 * h * a.v_head_dim)
 
 
 def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,

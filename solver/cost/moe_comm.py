@@ -42,13 +42,15 @@ def expert_links(ctx: CostContext, *, etp: int, ep: int, edp: int, pp: int) -> d
 
 
 def routed_expert_params(ctx: CostContext) -> int:
-    """Parameters of every routed expert of every MoE layer (what EP x ETP split; the shared
-    experts, router and gates are replicated like the attention: ParameterCounts)."""
+    """Parameters of every routed expert of every MoE layer and multi-token-prediction
+    module (one MoE layer each: moe_params.mtp_params), what EP x ETP split; the shared
+    experts, router and gates are replicated like the attention (ParameterCounts)."""
     e = ctx.model.moe
     if e is None:
         return 0
     from solver.cost.accounting import ffn_params
-    return ctx.params.moe_layers * e.experts * ffn_params(ctx.model, e.expert_ffn_hidden)
+    layers = ctx.params.moe_layers + ctx.model.mtp_layers
+    return layers * e.experts * ffn_params(ctx.model, e.expert_ffn_hidden)
 
 
 def imbalance(ctx: CostContext) -> float:
@@ -105,9 +107,9 @@ def moe_layer_comm(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: R
 
 @lru_cache(maxsize=65536)
 def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
-                      ep: int, etp: int, dp: int, pp: int) -> tuple[float, float]:
-    """(compute, communication) seconds a MoE layer takes beyond a dense layer of the same
-    model, one micro-batch on one GPU; (0, 0) for a dense model.
+                      ep: int, etp: int, dp: int, pp: int) -> tuple[float, float, float]:
+    """(compute, EP/ETP communication, TP change) seconds a MoE layer takes beyond a dense
+    layer of the same model, one micro-batch on one GPU; (0, 0, 0) for a dense model.
 
     Compute: the MoE block (moe_layer.moe_block_times) less the dense FFN it replaces
     (moe_layer.dense_ffn_times), forward + backward, plus its forward again under full
@@ -116,7 +118,7 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     the expert-TP collectives and the TP change (moe_layer_comm).
     """
     if ctx.model.moe is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     gpu, o = ctx.cluster.gpu, ctx.options
     blk = ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), gpu, o, tp=tp, cp=cp,
                              micro_batch=micro_batch, ep=ep, etp=etp)
@@ -128,13 +130,15 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     a2a = c.a2a_s
     if ctx.training.moe_a2a_overlap:
         a2a = max(0.0, a2a - (blk.forward_s + blk.backward_s))
-    return compute, a2a + c.etp_s + c.tp_delta_s
+    return compute, a2a + c.etp_s, c.tp_delta_s
 
 
 def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:
-    """(parameters outside the routed experts, routed-expert parameters) of the whole model."""
+    """(parameters outside the routed experts, routed-expert parameters) of the whole model,
+    multi-token-prediction modules included (the training holds and updates them; they are
+    outside ParameterCounts.total), spread over the stages like the rest."""
     routed = routed_expert_params(ctx)
-    return ctx.params.total - routed, routed
+    return ctx.params.total + ctx.params.mtp - routed, routed
 
 
 def expert_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> DpTraffic | None:

@@ -17,7 +17,8 @@ the expert's width (fc1 D -> 2F/etp gated, fc2 F/etp -> D; experts.py TEGroupedM
 
 Load imbalance: the busiest expert rank sets the pace of the layer (every rank waits for
 it in the combine all-to-all), so the expert GEMMs are timed at imbalance x M_e rows
-(load_imbalance below states the factor and its basis).
+(load_imbalance below states the factor and its basis). With ep = 1 every rank runs all the
+experts on its own tokens, t k rows whatever the routing: no imbalance between ranks.
 
 Grouped-GEMM efficiency at small M (the roofline, Williams et al. 2009): an (M, N, K) GEMM
 does 2MNK FLOPs over 2(MK + KN + MN) bytes; with N, K >> M its arithmetic intensity is about
@@ -84,8 +85,9 @@ def expert_shape(model: ModelSpec, seq_len: int, imbalance: float, *, tp: int, c
     assert e is not None  # callers pass MoE models only
     tokens = micro_batch * seq_len / (cp * tp)
     rows = tokens * e.experts_per_token * ep * etp / e.experts
+    busy = imbalance if ep > 1 else 1.0  # ep 1: every rank runs all experts, all its own tokens
     return ExpertShape(tokens=tokens, local_experts=e.experts // ep, rows_per_expert=rows,
-                       busy_rows=math.ceil(rows * imbalance - 1e-9),
+                       busy_rows=math.ceil(rows * busy - 1e-9),
                        width=math.ceil(e.expert_ffn_hidden / etp),
                        shared_width=math.ceil(e.shared_experts * e.shared_width / tp))
 

@@ -17,9 +17,10 @@ Time terms (seconds; solver.cost.terms)                       depends on
   layer_cp_comm_s     exposed CP ring K/V exchange, one layer, one mb     tp, cp, rc, mb
   p2p_per_microbatch_s  PP send/recv per micro-batch on one rank          tp, cp, dp, pp, vpp, mb
   head_extra_s        LM head + loss (+ embedding if pp = 1) per mb       tp, cp, sp, mb, pp
+                      (+ the multi-token-prediction modules, solver.cost.mtp.mtp_s: + rc, ep, etp, dp)
   dp_exposed_s        exposed DP gradient/parameter sync per step         tp, cp, dp, pp, zero, m
   optimizer_s         optimizer step on the local shard                   tp, cp, dp, pp, zero
-  moe_layer_extra_s   a MoE layer beyond a dense one: (compute, comm)     tp, cp, sp, rc, mb, ep, etp, dp, pp
+  moe_layer_extra_s   a MoE layer beyond a dense one (compute, comm, TP)  tp, cp, sp, rc, mb, ep, etp, dp, pp
                       (solver.cost.moe_comm; dp/optimizer also take ep, etp for MoE models)
 
 Composition (compose_step_time; Narayanan et al. 2021, Sec. 2.2: the pipeline runs
@@ -56,6 +57,7 @@ from collections.abc import Callable
 
 from solver.cost import terms as T
 from solver.cost.moe_comm import moe_layer_extra_s
+from solver.cost.mtp import mtp_s
 from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask, moe_layers_per_rank
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.cost.step_memory import (  # re-exported: callers import them from here
@@ -88,7 +90,8 @@ class TimeTerms:
     optimizer_s: float
     embedding_s: float = 0.0  # token embedding per micro-batch (first stage; explicit splits only)
     moe_compute_s: float = 0.0  # a MoE layer's compute beyond a dense layer's, one micro-batch
-    moe_comm_s: float = 0.0     # its all-to-all, expert-TP and TP change, exposed (solver.cost.moe_comm)
+    moe_comm_s: float = 0.0     # its all-to-all and expert-TP collectives, exposed (solver.cost.moe_comm)
+    moe_tp_comm_s: float = 0.0  # its TP-collective change (<= 0: no dense FFN all-gather/reduce-scatter)
     moe_mask: tuple[bool, ...] = ()  # per layer: MoE or not (model constant; () for a dense model)
 
 
@@ -108,7 +111,7 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
                      "micro_batch": lo.micro_batch}
     dp_args: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "dp": lo.dp, "pp": lo.pp, "zero": lo.zero_stage,
                                "ep": lo.ep, "etp": lo.expert_tp}
-    moe_c, moe_x = moe_layer_extra_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp)
+    moe_c, moe_x, moe_tp = moe_layer_extra_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp)
     return TimeTerms(
         layer_compute_s=T.layer_compute_s(ctx, **per_layer),
         layer_tp_comm_s=T.layer_tp_comm_s(ctx, **per_layer),
@@ -117,11 +120,12 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
         p2p_per_microbatch_s=T.p2p_per_microbatch_s(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
                                                     vpp=lo.vpp, micro_batch=lo.micro_batch),
         head_extra_s=T.head_extra_s(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
-                                    micro_batch=lo.micro_batch, pp=lo.pp),
+                                    micro_batch=lo.micro_batch, pp=lo.pp)
+        + mtp_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp),  # MTP: last stage
         dp_exposed_s=T.dp_exposed_s(ctx, **dp_args, grad_accum=grad_accum),
         optimizer_s=T.optimizer_s(ctx, **dp_args),
         embedding_s=T.embedding_s(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-        moe_compute_s=moe_c, moe_comm_s=moe_x, moe_mask=moe_layer_mask(ctx.model),
+        moe_compute_s=moe_c, moe_comm_s=moe_x, moe_tp_comm_s=moe_tp, moe_mask=moe_layer_mask(ctx.model),
     )
 
 
@@ -136,7 +140,7 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
     stage = (layers * (terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s)
              + terms.p2p_per_microbatch_s)
     if n_moe:  # MoE layers on the busiest rank add their extra time (dense: arithmetic unchanged)
-        stage += n_moe * (terms.moe_compute_s + terms.moe_comm_s)
+        stage += n_moe * (terms.moe_compute_s + terms.moe_comm_s + terms.moe_tp_comm_s)
     bubble_slots = (pp - 1) / vpp
     breakdown = {
         "compute": m * layers * terms.layer_compute_s,
@@ -150,6 +154,7 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
     }
     if terms.moe_mask:
         breakdown["compute"] += m * n_moe * terms.moe_compute_s
+        breakdown["tp_comm"] += m * n_moe * terms.moe_tp_comm_s
         breakdown["moe_comm"] = m * n_moe * terms.moe_comm_s
     step = ((m + bubble_slots) * stage + m * terms.head_extra_s + terms.dp_exposed_s
             + terms.optimizer_s)
@@ -199,7 +204,7 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
     n, extra = rank_layers(split, pp), stage_extras_s(terms, pp)
     moe = moe_layers_per_rank(terms.moe_mask, split, pp) if terms.moe_mask else [0] * pp
-    moe_s = terms.moe_compute_s + terms.moe_comm_s
+    moe_s = terms.moe_compute_s + terms.moe_comm_s + terms.moe_tp_comm_s
     times = [n_r * layer_s + terms.p2p_per_microbatch_s + e + (k * moe_s if k else 0.0)
              for n_r, e, k in zip(n, extra, moe, strict=True)]
     t_max = max(times)
@@ -217,6 +222,7 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     }
     if terms.moe_mask:
         breakdown["compute"] += m * moe[slow] * terms.moe_compute_s
+        breakdown["tp_comm"] += m * moe[slow] * terms.moe_tp_comm_s
         breakdown["moe_comm"] = m * moe[slow] * terms.moe_comm_s
     step = m * t_max + fill + terms.dp_exposed_s + terms.optimizer_s
     return StepTime(step_time_s=step, stage_time_s=t_max, breakdown_s=breakdown)

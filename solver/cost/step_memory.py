@@ -51,9 +51,26 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
                              micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum)
     if ctx.model.moe is not None:
         act += moe_activation_extra_bytes(ctx, lo, grad_accum)
+    act += mtp_activation_bytes(ctx, lo)
     return MemoryTerms(
         weights=state.weights, gradients=state.gradients, optimizer=state.optimizer, activations=act,
         **buffer_terms(ctx, lo), framework_overhead=ctx.options.framework_overhead_bytes)
+
+
+def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
+    """The multi-token-prediction modules on the last stage (solver.cost.mtp): per module one
+    micro-batch of one layer's activations (a MoE layer's when the model has them) and its
+    own LM-head input and logits (memory.logits_bytes); 0 without MTP. Added to the charged
+    stage's activations, an upper bound like the logits term for pp > 1."""
+    n, lo = ctx.model.mtp_layers, layout
+    if not n:
+        return 0.0
+    layer = M.layer_activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
+                                     micro_batch=lo.micro_batch)
+    if ctx.model.moe is not None:
+        layer += moe_layer_activation_extra_bytes(ctx, tp=lo.tp, cp=lo.cp, recompute=lo.recompute,
+                                                  micro_batch=lo.micro_batch, ep=lo.ep, etp=lo.expert_tp)
+    return n * (layer + M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch))
 
 
 def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:

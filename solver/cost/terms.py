@@ -18,7 +18,6 @@ from solver.cost.communication import achieved_link, allgather_s, allreduce_s, b
 from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
 from solver.frameworks import FrameworkProfile, load_framework
-from solver.errors import Problem, SpecError
 from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
 from topology.spec import ClusterSpec
@@ -29,6 +28,8 @@ class CostContext:
     """What is fixed while layouts vary: model, cluster, training recipe, constants.
 
     Hashed by identity (term caches key on it); build one per problem with make_context.
+    Mixture-of-experts layers, MLA and multi-token prediction are covered (solver.cost.moe_comm,
+    moe_layer, moe_memory, mtp; compute.mla_gemms).
     """
 
     model: ModelSpec
@@ -38,7 +39,6 @@ class CostContext:
     rank_order: str = DEFAULT_RANK_ORDER  # LayoutSpec.rank_order: the placement the links assume
 
     def __post_init__(self) -> None:
-        refuse_uncovered(self.model)
         check_compute_precision(self.training.compute_precision, self.cluster.gpu, self.framework,
                                 moe=self.model.moe is not None)
 
@@ -59,22 +59,6 @@ class CostContext:
     @property
     def seq_len(self) -> int:
         return self.training.seq_len
-
-
-def refuse_uncovered(model: ModelSpec) -> None:
-    """Refuse, naming the field, the model parts the step-time and memory model does not
-    cover: multi-head latent attention (model.mla) and multi-token-prediction modules
-    (model.mtp_layers). Mixture-of-experts layers are covered (solver.cost.moe_comm,
-    moe_layer, moe_memory). Raises: SpecError."""
-    problems = []
-    if model.mla is not None:
-        problems.append(Problem("model.mla", "the step-time model does not cover multi-head latent "
-                                             "attention yet; a standard-attention estimate would be wrong"))
-    if model.mtp_layers:
-        problems.append(Problem("model.mtp_layers", "the step-time model does not cover multi-token-"
-                                                    "prediction modules yet"))
-    if problems:
-        raise SpecError("; ".join(str(p) for p in problems), problems)
 
 
 def link(ctx: CostContext, kind: str, tp: int = 1, cp: int = 1, dp: int = 1, pp: int = 1) -> GroupLink:

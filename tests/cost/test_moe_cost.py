@@ -1,6 +1,7 @@
 """MoE cost terms against hand-derived numbers: per-expert tokens, all-to-all bytes and time
 over the EP group's links (inside one NVLink domain vs across nodes), the grouped-GEMM
-roofline, load imbalance, expert memory sharded by EP/ETP/expert-DP, and the estimate.
+roofline, load imbalance, expert memory sharded by EP/ETP/expert-DP, the estimate, and
+DeepSeek-V3's MLA shapes and multi-token-prediction module.
 
 Model: Mixtral 8x7B (tests/fixtures/hf/mixtral-8x7b): D = 4096, L = 32 (all MoE), E = 8,
 top-2, expert width 14336 (SwiGLU), 32 heads / 8 KV heads, vocab 32000 untied. Cluster
@@ -13,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from solver.cost import compute as C
 from solver.cost import moe_layer as ML
 from solver.cost.estimate import estimate_layout, make_context
 from solver.cost.moe_comm import dense_and_expert_params, dispatch_bytes, expert_links, moe_layer_comm
+from solver.cost.memory import mla_stored_bytes
 from solver.cost.moe_memory import moe_model_state
+from solver.cost.mtp import mtp_s
 from solver.cost.options import DEFAULT_OPTIONS
 from solver.cost.step import time_terms
-from solver.errors import SpecError
 from solver.presets import load_layout, load_model, load_training
 from topology.catalog import load_cluster
 
@@ -46,6 +49,8 @@ def test_tokens_per_expert_per_micro_batch():
     # ep 2: 4 local experts, M_e = 8192 x 2 x 2 / 8 = 4,096 (the 16,384 routed rows / 4).
     sh3 = ML.expert_shape(MIXTRAL, 8192, 1.0, tp=1, cp=1, micro_batch=1, ep=2, etp=1)
     assert (sh3.local_experts, sh3.rows_per_expert) == (4, 4096)
+    # ep 1: each rank runs all 8 experts on its own 16,384 routed rows: no rank to wait for.
+    assert ML.expert_shape(MIXTRAL, 8192, 1.25, tp=1, cp=1, micro_batch=1, ep=1, etp=1).busy_rows == 2048
 
 
 def test_a2a_bytes_and_time_inside_one_nvlink_domain():
@@ -145,12 +150,49 @@ def test_moe_estimate_reports_its_figures_and_dense_has_none():
     assert dense.moe == {} and "moe_comm" not in dense.time_breakdown_s
 
 
-def test_mla_and_mtp_are_still_refused_by_name():
-    ds = load_model(str(HF / "deepseek-v3" / "config.json"))
-    with pytest.raises(SpecError) as e:
-        make_context(ds, SEED, TRAIN)
-    fields = [p.field for p in e.value.problems]
-    assert "model.mla" in fields and "model.mtp_layers" in fields and "model.moe" not in fields
+DSV3 = load_model(str(HF / "deepseek-v3" / "config.json"))
+
+
+def test_mla_gemms_are_mla_shapes_split_over_tp():
+    # DeepSeek-V3 MLA: D 7168, r_q 1536, r_kv 512, d_rope 64, d_nope 128, d_v 128, H 128.
+    # Weights per layer (no latent norms): q down 7168 x 1536 = 11,010,048; q up
+    # 1536 x 128 x 192 = 37,748,736; kv down 7168 x 576 = 4,128,768; kv up 512 x 128 x 256 =
+    # 16,777,216; output 128 x 128 x 7168 = 117,440,512; sum 187,105,280 = MACs per token.
+    sh = C.layer_shape(DSV3, 4096, 1, 1, 1)
+    assert sum(m * n * k for m, n, k in C.mla_gemms(DSV3, sh, 1)) == 4096 * 187_105_280
+    # tp 8: the down projections run on the 512-token SP shard at full width, the others
+    # column/row-split: every rank does 1/8 of the MACs.
+    sh8 = C.layer_shape(DSV3, 4096, 8, 1, 1)
+    assert sum(m * n * k for m, n, k in C.mla_gemms(DSV3, sh8, 8)) == 4096 * 187_105_280 // 8
+    # Attention core: 4 M S (H/tp) dh with dh = (192 + 128) / 2 = 160 = 2 M S H (d_qk + d_v).
+    assert (sh.head_dim, sh.heads, sh.q_width) == (160, 128, 128 * 192)
+    # V2-Lite has no q latent: a full (M, H d_qk, D) query projection instead.
+    lite = load_model(str(HF / "deepseek-v2-lite" / "config.json"))
+    a = lite.mla
+    g = C.mla_gemms(lite, C.layer_shape(lite, 4096, 1, 1, 1), 1)
+    assert (4096, lite.heads * a.qk_head_dim, lite.hidden) in g and len(g) == 4
+
+
+def test_mla_stored_activations():
+    # Per token at tp 1 (rep 1): down outputs 1536 + 512 + 64 = 2,112; normed latents
+    # 1536 + 512 = 2,048; Q and K 2 x 128 x 192 = 49,152; V and core output 2 x 128 x 128 =
+    # 32,768; 86,080 BF16 values = 172,160 bytes.
+    assert mla_stored_bytes(DSV3, 1.0, tp=1, rep=1.0) == 172_160
+
+
+def test_mtp_modules_add_to_the_last_stage_and_their_params_to_the_state():
+    train = load_training({"seq_len": 4096, "global_batch_tokens": 4096 * 1024})
+    lo = load_layout({"tp": 1, "pp": 16, "dp": 32, "ep": 32})
+    ctx = make_context(DSV3, SEED, train)
+    no_mtp = make_context(DSV3.model_copy(update={"mtp_layers": 0}), SEED, train)
+    with_mtp, without = time_terms(ctx, lo, 32), time_terms(no_mtp, lo, 32)
+    extra = mtp_s(ctx, tp=1, cp=1, sp=False, recompute="none", micro_batch=1, ep=32, etp=1, dp=32, pp=16)
+    assert extra > 0 and with_mtp.head_extra_s == pytest.approx(without.head_extra_s + extra, rel=1e-12)
+    # It runs one more (MoE) layer and the LM head again: more than one layer's time.
+    assert extra > with_mtp.layer_compute_s + with_mtp.moe_compute_s
+    dense, routed = dense_and_expert_params(ctx)
+    assert dense + routed == ctx.params.total + ctx.params.mtp
+    assert routed == (58 + 1) * 256 * 3 * 7168 * 2048  # 58 MoE layers + the MTP layer's experts
 
 
 def test_busiest_rank_moe_layers():
