@@ -71,14 +71,15 @@ def dispatch_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> f
 class MoELayerComm:
     """Communication of one MoE layer for one micro-batch on one GPU, seconds."""
 
-    a2a_one_s: float      # one dispatch or combine all-to-all
+    a2a_one_s: float      # one dispatch or combine all-to-all of the tokens
     a2a_count: int        # all-to-alls per micro-batch: 2 forward + 2 backward (+ 2 recomputed)
     etp_s: float          # expert-TP all-gather / reduce-scatter of the dispatched tokens
     tp_delta_s: float     # TP collectives a MoE layer drops (no shared experts) or keeps (<= 0)
+    routing_s: float = 0.0  # the probabilities' all-to-all and the token-count all-gather
 
     @property
     def a2a_s(self) -> float:
-        return self.a2a_count * self.a2a_one_s
+        return self.a2a_count * self.a2a_one_s + self.routing_s
 
 
 @lru_cache(maxsize=65536)
@@ -99,10 +100,32 @@ def moe_layer_comm(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: R
     gathered = msg * etp  # rows after the expert-TP all-gather, full buffer
     etp_s = (allgather_s(gathered, lk["etp"]) + reduce_scatter_s(gathered, lk["etp"])) if etp > 1 else 0.0
     drop = 0.0
-    assert ctx.model.moe is not None
-    if ctx.model.moe.shared_experts == 0:
+    e = ctx.model.moe
+    assert e is not None
+    if e.shared_experts == 0:
         drop = -0.5 * layer_tp_comm_s(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
-    return MoELayerComm(a2a, count, etp_s * count / 2, drop)
+    return MoELayerComm(a2a, count, etp_s * count / 2, drop,
+                        _routing_s(ctx, msg, lk["ep"], count, tp=tp, cp=cp, ep=ep, etp=etp, edp=edp, pp=pp))
+
+
+def _routing_s(ctx: CostContext, dispatch: float, ep_link: GroupLink, count: int, *, tp: int, cp: int,
+               ep: int, etp: int, edp: int, pp: int) -> float:
+    """The dispatcher's small collectives per micro-batch (token_dispatcher.py d98e8a64):
+    the routing probabilities go to the experts in their own all-to-all after the tokens'
+    (token_dispatch, global_probs; FP32, t x k x 4 bytes = dispatch / (D / 2)), forward and
+    backward; before each forward dispatch the per-expert token counts are all-gathered over
+    the expert TP x EP group (preprocess, gather_from_sequence_parallel_region over
+    tp_ep_group: E x 8 bytes per rank) to size the all-to-all. Both latency-bound on large
+    EP groups; full recompute repeats the forward ones."""
+    if ep * etp == 1:
+        return 0.0
+    e = ctx.model.moe
+    assert e is not None
+    forward = count // 2 - 1  # 1, or 2 under full recompute
+    probs = alltoall_time_s(dispatch * 4 / (2 * ctx.model.hidden), ep_link) if ep > 1 else 0.0
+    group = group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"]
+    counts = allgather_s(8.0 * e.experts * etp * ep, group)
+    return (forward + 1) * probs + forward * counts
 
 
 @lru_cache(maxsize=65536)

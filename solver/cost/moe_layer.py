@@ -153,7 +153,9 @@ def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSp
     Shared experts: one TP-split FFN over the micro-batch's seq/cp tokens (Megatron
     SharedExpertMLP is column/row parallel over the attention TP group). Router: a (t, E, D)
     GEMM. Memory-bound kernels (bytes over HBM x hbm_fraction; backward twice the forward):
-    permute and unpermute read and write t k D BF16 values each, the activation reads its
+    permute and unpermute read and write t k D BF16 values each, with more than one local
+    expert the received rows are sorted by expert and back (token_dispatcher.py steps (4) and
+    (5), sort_chunks_by_idxs: rows x D read and written twice), the activation reads its
     input and writes its output on every routed row (SwiGLU 6, GeLU 4 bytes per element, as
     compute.elementwise_fwd_bytes) and shared row, the router's FP32 logits are written,
     softmax/top-k read and write them.
@@ -169,7 +171,9 @@ def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSp
     t = max(1, round(sh.tokens))
     router_f, router_db, router_wb = C.gemm_fwd_bwd_s(t, e.experts, d, gpu, opts)
     per_act = 6 if gated else 4
-    elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e.experts_per_token * d          # permute + unpermute
+    rows = sh.busy_rows * sh.local_experts
+    sort = 2 * 2 * C.ACT_BYTES * rows * d if sh.local_experts > 1 else 0.0  # sort_chunks there and back
+    elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e.experts_per_token * d + sort  # permute + unpermute
             + per_act * (sh.busy_rows * sh.local_experts * sh.width + full_tokens * sh.shared_width)
             + 3 * ROUTER_LOGIT_BYTES * sh.tokens * e.experts)                # logits, softmax/top-k
     elem_s = elem / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)

@@ -63,6 +63,12 @@ def test_a2a_bytes_and_time_inside_one_nvlink_domain():
     c = moe_layer_comm(ctx, tp=1, cp=1, sp=False, recompute="none", micro_batch=1, ep=8, etp=1, dp=128, pp=4)
     assert c.a2a_one_s == pytest.approx(2.1e-5 + 7 / 8 * 134_217_728 / 450e9, rel=1e-9)
     assert c.a2a_count == 4 and c.etp_s == 0.0  # dispatch + combine, forward and backward
+    # Routing: the FP32 probabilities' all-to-all (8192 x 2 x 4 = 65,536 bytes) forward and
+    # backward, 7 x 3e-6 + 7/8 x 65,536 / 450e9 each; the token counts' all-gather over the
+    # 8-rank TP x EP group (8 experts x 8 bytes x 8 ranks = 512 bytes) forward once.
+    probs = 2.1e-5 + 7 / 8 * 65_536 / 450e9
+    assert c.routing_s == pytest.approx(2 * probs + 2.1e-5 + 7 / 8 * 512 / 450e9, rel=1e-9)
+    assert c.a2a_s == pytest.approx(4 * c.a2a_one_s + c.routing_s, rel=1e-12)
     full = moe_layer_comm(ctx, tp=1, cp=1, sp=False, recompute="full", micro_batch=1, ep=8, etp=1, dp=128, pp=4)
     assert full.a2a_count == 6  # full recompute repeats the two forward all-to-alls
 

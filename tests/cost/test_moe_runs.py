@@ -69,6 +69,19 @@ def test_the_cost_model_scores_the_bf16_moe_runs(report):
 def test_scored_bf16_runs_meet_the_issue_13_target(report):
     summary = report["bf16"]
     assert summary["median_abs_error"] <= TARGET["median_abs_error"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "max |error| misses the 20% target: the three DGXC NeMo 25.04 GB200 DeepSeek-V3 rows are "
+    "predicted about 3x faster than measured (12 s vs 34 s) with the EP all-to-all on 64-GPU "
+    "NVLink domains, while Megatron-Bridge 25.11's GB200 DeepSeek-V3 row (same model, same GPU, "
+    "2x the tokens per GPU in 0.6x the time) is within 7%; with the all-to-all over the NICs "
+    "those rows come within 12%. Open question for the rows' placement assumption (moecost "
+    "report); strict: this fails once the target is met, so the marker comes off then."))
+def test_scored_bf16_runs_meet_the_issue_13_max_target(report):
+    summary = report["bf16"]
+    if summary["scored"] == 0:
+        pytest.skip("the cost model refuses MoE models on this commit (no MoE step-time terms yet)")
     assert summary["max_abs_error"] <= TARGET["max_abs_error"]
 
 
