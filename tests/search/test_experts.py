@@ -17,6 +17,7 @@ from solver.frameworks.capability import violations
 from solver.model_parts import MoESpec
 from solver.search import rules
 from solver.search.api import search_layouts
+from solver.search.fallback import usable_gpu_counts
 from solver.search.options import SearchOptions
 from solver.search.space import enumerate_layouts
 from solver.search.ties import rank_with_ties
@@ -54,7 +55,11 @@ def broken(train: TrainingSpec, model: ModelSpec, lo) -> set[str]:
 
 def oracle(model, clu, train, options, cap):
     ev = synthetic.evaluator(model, clu, train, options, cap)
-    found = [e for e in map(ev, enumerate_layouts(model, clu, train, options)) if e]
+    layouts = list(enumerate_layouts(model, clu, train, options))
+    if not layouts and not options.gpus_may_vary:  # as the search: the largest usable counts
+        layouts = [lo for g in usable_gpu_counts(model, clu, train, options)
+                   for lo in enumerate_layouts(model, clu, train, options.model_copy(update={"gpus": g}))]
+    found = [e for e in map(ev, layouts) if e]
     return rank_with_ties(found, options.objective)[0]
 
 
