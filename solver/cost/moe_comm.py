@@ -123,7 +123,7 @@ def _routing_s(ctx: CostContext, dispatch: float, ep_link: GroupLink, count: int
     assert e is not None
     forward = count // 2 - 1  # 1, or 2 under full recompute
     probs = alltoall_time_s(dispatch * 4 / (2 * ctx.model.hidden), ep_link) if ep > 1 else 0.0
-    group = group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"]
+    group = achieved_link(group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"], ctx.options)
     counts = allgather_s(8.0 * e.experts * etp * ep, group)
     return (forward + 1) * probs + forward * counts
 
