@@ -5,9 +5,10 @@ A family is the held-out rows sharing a source (the `group` field's first word: 
 smith2022, ...) and a GPU. Per family with more than 3 runs: fit on 3 runs spread evenly through
 the family's file order (first, middle, last) and predict the rest; with 3 or fewer: leave one
 out (fit on the others, predict it). Reports median |step-time error| of the predicted runs with
-the shipped constants and with the fitted ones, and the coverage of the 80% band (shipped table)
-on rows no band or constant was fitted on. Issue 15's target: median halved where it was above
-10%, never above 3% for DGXC.
+the shipped constants and with the fitted ones (every constant of solver.cost.calibrate.BOUNDS,
+the network efficiencies included). The 80% band's coverage on runs it was not fitted on is
+benchmarks/bands.py's (leave-one-out). Issue 15's target: median halved where it was above 10%,
+never above 3% for DGXC.
 """
 from __future__ import annotations
 
