@@ -17,6 +17,8 @@ from solver.cost.accounting import (
     FLOP_CONVENTION, Flops, StateBytes, attention_convention, batch_plan, model_state_bytes, parameter_counts,
     per_gpu_model_state_bytes, ffn_params, ring_allreduce_lower_bound_s, run_time, training_flops,
 )
+from solver.cost.communication import achieved_link
+from solver.cost.options import DEFAULT_OPTIONS
 from solver.errors import InfeasibleError, Problem, SpecError
 from solver.specs import (
     LayoutSpec, ModelSpec, TrainingSpec, ZeroStage, check_layout_fits_model, tp_splits_heads,
@@ -51,16 +53,19 @@ def _state_dict(state: StateBytes) -> dict[str, float]:
 
 
 def _grad_sync(model_params: int, training: TrainingSpec, cluster: ClusterSpec,
-               layout: LayoutSpec) -> dict[str, Any]:
+               layout: LayoutSpec, options: Any = None) -> dict[str, Any]:
     """DP gradient-sync ring lower bound for one layout (seed, "Check communication").
 
     The message is each rank's unsharded local gradient (params / (TP x PP) x grad bytes):
-    all-reduce and reduce-scatter + all-gather move the same ring traffic.
+    all-reduce and reduce-scatter + all-gather move the same ring traffic. The bandwidth is the
+    DP link's achieved one under `options` (a calibrated profile's network efficiency; the
+    stated busbw without one).
     """
     local = per_gpu_model_state_bytes(model_params, training.precision,
                                       layout.model_copy(update={"zero_stage": 0}))
     ranks = layout.dp * layout.cp  # the distributed-optimizer group (Megatron-LM)
-    link = group_links(cluster, layout.tp, layout.cp, layout.dp, layout.pp)["dp"]
+    link = achieved_link(group_links(cluster, layout.tp, layout.cp, layout.dp, layout.pp)["dp"],
+                         options or DEFAULT_OPTIONS)
     return {
         "dp_grad_sync_lower_bound_s": ring_allreduce_lower_bound_s(local.gradients, ranks,
                                                                    link.bandwidth_gb_s),
@@ -282,7 +287,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ladder, rungs = ladder_or_none(model, cluster, training)
     best = LayoutSpec(**layout_fields(layouts[0]))
     batch = batch_plan(training, best.dp, best.micro_batch)
-    comm = _grad_sync(n, training, cluster, best)
+    comm = _grad_sync(n, training, cluster, best, cost_options)
     plan = {
         "inputs": {"model": model.model_dump(mode="json"),
                    "cluster": cluster.model_dump(mode="json"),
@@ -317,7 +322,8 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             chosen = rungs[0]
             plan["ladder_choice"] = {
                 **ladder_versus_best(model, cluster, training, chosen, layouts[0], cost_options),
-                "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen))),
+                "communication": _grad_sync(n, training, cluster, LayoutSpec(**layout_fields(chosen)),
+                                            cost_options),
                 "batch": _batch_dict(batch_plan(training, chosen["dp"], chosen["micro_batch"]),
                                      training)}
     plan["warnings"] = plan_warnings(training, cluster, plan)

@@ -189,3 +189,18 @@ def test_measure_sets_the_tier_efficiency_from_the_sweep(seed_model, seed_cluste
     c = m["constants"]["intra_node_network_efficiency"]
     assert c["raw_fraction"] == pytest.approx(coll["all_reduce_bus_gb_s"] / 450)
     assert 0.25 <= c["value"] <= 1.25
+
+
+def test_plan_communication_check_uses_the_achieved_dp_bandwidth(seed_model, seed_training):
+    """The plan's gradient-sync lower bound under a profile at inter-node efficiency 0.5: the DP
+    group of TP8 x DP64 leaves the node, so 45 -> 22.5 GB/s and twice the stated-busbw bound."""
+    from solver.plan import _grad_sync
+    from topology.catalog import load_cluster
+
+    cluster, lo = load_cluster("seed-512"), LayoutSpec(tp=8, pp=1, dp=64)
+    n = 70_000_000_000
+    stated = _grad_sync(n, seed_training, cluster, lo)
+    achieved = _grad_sync(n, seed_training, cluster, lo,
+                          dataclasses.replace(DEFAULT_OPTIONS, inter_node_network_efficiency=0.5))
+    assert (stated["dp_bandwidth_gb_s"], achieved["dp_bandwidth_gb_s"]) == (45, 22.5)
+    assert achieved["dp_grad_sync_lower_bound_s"] == pytest.approx(2 * stated["dp_grad_sync_lower_bound_s"])
