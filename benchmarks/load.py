@@ -1,22 +1,32 @@
-"""HTTP load on a real `trainplan serve` (loopback only): throughput and latency percentiles
-of POST /v1/layouts at 8 and 32 clients, /healthz latency meanwhile, and the peak resident
-memory of the server's whole process tree (server, forkserver, solve workers).
+"""HTTP load on real `trainplan serve` processes (loopback only), this checkout ("new") and,
+side by side, the code before issue 11's worker pool ("old": a git worktree of --old-ref,
+default 529325d, the parent of 1a21499 "service: solves in worker processes"), both served
+by this interpreter on their own ports.
 
-Bounded: every phase runs a fixed number of requests (and stops at --max-phase-s); the
-optional fuzz phase sends a fixed number of distinct random clusters (new graphs each),
-which is what grows caches. Prints JSON.
+Measured, as JSON:
+* rounds: POST /v1/layouts (seed-70b on seed-512, top_k 3) at each --clients, `--requests`
+  per phase, old and new phases interleaved (new/old, then old/new, ...) so that other load
+  on a shared machine hits both alike; per round the ratio new/old of completed requests per
+  second, and the median ratio over the rounds;
+* healthz: /healthz latency (probe every 20 ms, one connection) while --expensive requests
+  for distinct 2,048-GPU fat-tree clusters (a new graph each) run at once on each server;
+* the peak resident memory of each server's process tree (server, forkserver, workers), and
+  with --fuzz N, N distinct random clusters sent to the new server first (caches grow).
 
-Run: python -m benchmarks.load [--clients 8 32] [--requests 64] [--fuzz 0]
-     [--repo PATH]  (serve the code of another checkout, e.g. the commit before a change,
-                     with this interpreter: measurements side by side on one machine)
+Bounded: a fixed number of requests per phase, each phase stops at --max-phase-s.
+Clients use http.client with one keep-alive connection per client thread (cheap: the load
+generator shares the machine's cores with the servers it measures).
+
+Run: python -m benchmarks.load [--rounds 5] [--clients 8] [--requests 48] [--fuzz 0]
+     [--expensive 8] [--no-old] [--old-ref REV]
 """
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,81 +34,15 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import httpx
+from benchmarks.load_server import HOST, Server
 
-HOST = "127.0.0.1"  # loopback only, by design
+REPO = Path(__file__).resolve().parents[1]
+OLD_REF = "529325d"  # parent of 1a21499 (issue 11's worker pool): threads under the GIL
 SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
         "options": {"top_k": 3, "time_limit_s": 2}}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def tree_rss_bytes(root: int) -> int:
-    """Resident bytes of `root` and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [root]
-    page = os.sysconf("SC_PAGE_SIZE")
-    while todo:
-        pid = todo.pop()
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            pass
-        todo += children.get(pid, [])
-    return total
-
-
-class Server:
-    """`python -m service.cli serve` on a loopback port, from `repo` (default: this one)."""
-
-    def __init__(self, repo: Path, env: dict[str, str]) -> None:
-        self.port = _free_port()
-        self.base = f"http://{HOST}:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--host", HOST, "--port",
-             str(self.port), "--log-level", "warning"], cwd=repo,
-            env={**os.environ, "PYTHONPATH": str(repo), **env})
-        self.peak_rss_bytes = 0
-        self._stop = threading.Event()
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak_rss_bytes = max(self.peak_rss_bytes, tree_rss_bytes(self.proc.pid))
-            time.sleep(0.2)
-
-    def wait_ready(self, limit_s: float = 90) -> None:
-        deadline = time.monotonic() + limit_s
-        with httpx.Client(base_url=self.base, timeout=2, trust_env=False) as http:
-            while time.monotonic() < deadline:
-                try:
-                    if http.get("/readyz").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.3)
-        raise SystemExit("server did not become ready")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -106,48 +50,99 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else 0.0
 
 
-def phase(base: str, clients: int, bodies: list[dict], max_s: float) -> dict:
-    """POST /v1/layouts `bodies` from `clients` threads; /healthz sampled meanwhile."""
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> int:
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    response.read()
+    return response.status
+
+
+class HealthProbe:
+    """GET /healthz every `every_s` on one keep-alive connection until stopped."""
+
+    def __init__(self, port: int, every_s: float = 0.02) -> None:
+        self.port, self.every_s, self.seconds = port, every_s, []
+        self.failed = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        while not self._done.is_set():
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", "/healthz")
+                response = conn.getresponse()
+                response.read()
+                ok = response.status == 200
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                ok = False
+            self.seconds.append(time.perf_counter() - t0)
+            self.failed += not ok
+            time.sleep(self.every_s)
+        conn.close()
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        return {"probes": len(self.seconds), "failed": self.failed,
+                "p50_s": _pct(self.seconds, 0.5), "p99_s": _pct(self.seconds, 0.99),
+                "max_s": _pct(self.seconds, 1.0),
+                "over_100ms": sum(s >= 0.1 for s in self.seconds)}
+
+
+def phase(port: int, clients: int, bodies: list[bytes], max_s: float) -> dict:
+    """POST /v1/layouts `bodies` from `clients` threads (one connection each)."""
     latencies: list[float] = []
     codes: dict[int, int] = {}
     stop_at = time.monotonic() + max_s
-    health: list[float] = []
-    done = threading.Event()
-
-    def probe() -> None:
-        with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
-            while not done.is_set():
-                t0 = time.perf_counter()
-                http.get("/healthz")
-                health.append(time.perf_counter() - t0)
-                time.sleep(0.05)
 
     def client(ids: list[int]) -> None:
-        with httpx.Client(base_url=base, timeout=120, trust_env=False) as http:
+        conn = http.client.HTTPConnection(HOST, port, timeout=120)
+        try:
             for i in ids:
                 if time.monotonic() > stop_at:
                     return
                 t0 = time.perf_counter()
-                code = http.post("/v1/layouts", json=bodies[i]).status_code
+                try:
+                    code = _post(conn, "/v1/layouts", bodies[i])
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    code = 0  # connection failed or timed out
                 latencies.append(time.perf_counter() - t0)
                 codes[code] = codes.get(code, 0) + 1
+        finally:
+            conn.close()
 
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(client, [list(range(c, len(bodies), clients)) for c in range(clients)]))
-    wall = time.perf_counter() - t0
-    done.set()
-    prober.join()
+    with HealthProbe(port, every_s=0.05) as probe:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(client, [list(range(c, len(bodies), clients)) for c in range(clients)]))
+        wall = time.perf_counter() - t0
     return {"clients": clients, "requests": len(latencies), "wall_s": round(wall, 2),
-            "throughput_req_s": round(len(latencies) / wall, 2), "status": codes,
-            "ok_throughput_req_s": round(codes.get(200, 0) / wall, 2),
+            "status": {str(k): v for k, v in sorted(codes.items())},
+            "ok_throughput_req_s": round(codes.get(200, 0) / wall, 3),
             "latency_s": {"p50": _pct(latencies, 0.5), "p90": _pct(latencies, 0.9),
                           "p99": _pct(latencies, 0.99),
                           "mean": round(statistics.fmean(latencies), 4) if latencies else 0},
-            "healthz_s": {"p50": _pct(health, 0.5), "p99": _pct(health, 0.99),
-                          "max": _pct(health, 1.0)}}
+            "healthz": probe.summary()}
+
+
+def fat_tree(i: int, nodes: int, rng: random.Random) -> dict:
+    """A fat-tree cluster of `nodes` x 8 H100 with random link figures (a new graph)."""
+    return {"name": f"ft-{i}", "nodes": nodes, "gpus_per_node": 8, "gpu": "h100-sxm-80gb",
+            "intra_node": {"bandwidth_gb_s": rng.uniform(100, 450), "latency_us": 3},
+            "inter_node": {"bandwidth_gb_s": rng.uniform(10, 50), "latency_us": 10},
+            "topology": {"kind": "fat_tree", "nodes_per_leaf": rng.choice([4, 8, 16]),
+                         "nics_per_node": rng.choice([1, 2, 4, 8]),
+                         "nic_gb_s": rng.uniform(10, 50), "spines": rng.randint(1, 16)}}
 
 
 def fuzz_bodies(n: int, seed: int = 0) -> list[dict]:
@@ -156,51 +151,158 @@ def fuzz_bodies(n: int, seed: int = 0) -> list[dict]:
     out = []
     for i in range(n):
         nodes = rng.choice([16, 32, 64, 128, 256])
+        cluster = fat_tree(i, nodes, rng)
         if rng.random() < 0.5:
-            topo = {"kind": "fat_tree", "nodes_per_leaf": rng.choice([4, 8, 16]),
-                    "nics_per_node": rng.choice([1, 2, 4, 8]), "nic_gb_s": rng.uniform(10, 50),
-                    "spines": rng.randint(1, 16)}
-        else:
-            topo = {"kind": "nvlink_domain", "nodes_per_domain": rng.choice([1, 2, 4])}
-        cluster = {"name": f"fuzz-{i}", "nodes": nodes, "gpus_per_node": 8, "gpu": "h100-sxm-80gb",
-                   "intra_node": {"bandwidth_gb_s": rng.uniform(100, 450), "latency_us": 3},
-                   "inter_node": {"bandwidth_gb_s": rng.uniform(10, 50), "latency_us": 10},
-                   "topology": topo}
+            cluster["topology"] = {"kind": "nvlink_domain",
+                                   "nodes_per_domain": rng.choice([1, 2, 4])}
         out.append({**SEED, "cluster": cluster})
+    return out
+
+
+def expensive_bodies(n: int, salt: int) -> list[bytes]:
+    """`n` requests for distinct 256-node (2,048-GPU) fat trees: each builds its own graph
+    (about 2.5 s of one core on the development machine)."""
+    rng = random.Random(salt)
+    return [json.dumps({**SEED, "cluster": fat_tree(1000 * salt + i, 256, rng)}).encode()
+            for i in range(n)]
+
+
+def under_expensive(server: Server, n: int, salt: int, max_s: float) -> dict:
+    """/healthz while `n` expensive requests run at once (all sent together)."""
+    with HealthProbe(server.port) as probe:
+        out = phase(server.port, n, expensive_bodies(n, salt), max_s)
+    return {"expensive_requests": n, "status": out["status"], "wall_s": out["wall_s"],
+            "healthz": probe.summary()}
+
+
+@contextmanager
+def old_checkout(ref: str):
+    """A detached git worktree of `ref` in a temporary folder (removed afterwards)."""
+    folder = Path(tempfile.mkdtemp(prefix="trainplan-old-"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet",
+                    str(folder / "tree"), ref], check=True)
+    try:
+        yield folder / "tree"
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                        str(folder / "tree")], check=False)
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def _servers(stack: ExitStack, args) -> dict[str, Server]:
+    env = {"TRAINPLAN_MAX_CONCURRENT_SOLVES": str(args.workers), "TRAINPLAN_QUEUE_WAIT_S": "120",
+           "TRAINPLAN_MAX_TIME_LIMIT_S": "60"}
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    servers = {"new": Server(REPO, {**env, "TRAINPLAN_DATABASE_URL": f"sqlite:///{tmp}/new.db"})}
+    stack.callback(servers["new"].stop)
+    if not args.no_old:
+        old = stack.enter_context(old_checkout(args.old_ref))
+        servers["old"] = Server(old, {**env, "TRAINPLAN_DATABASE_URL": f"sqlite:///{tmp}/old.db"})
+        stack.callback(servers["old"].stop)
+    for server in servers.values():
+        server.wait_ready()
+        phase(server.port, 2, [json.dumps(SEED).encode()] * 4, args.max_phase_s)  # warm-up
+    return servers
+
+
+def workload_bodies(workload: str, n: int, salt: int) -> list[bytes]:
+    """'seed': the seed request `n` times (a scheduler asking again); 'distinct': `n` seed
+    requests whose training.tokens differ (and differ from every other round's), so no
+    worker has the problem's tables yet: the full cost of a request, every time."""
+    if workload == "seed":
+        return [json.dumps(SEED).encode()] * n
+    training = {"tokens": 300e9, "seq_len": 8192, "global_batch_tokens": 4194304}  # seed-300b
+    return [json.dumps({**SEED, "training": {**training, "tokens": 300e9 + 1e6 * (salt * n + i)}}
+                       ).encode() for i in range(n)]
+
+
+def _rounds(servers: dict[str, Server], args) -> list[dict]:
+    names = list(servers)
+    rounds = []
+    for r, (workload, clients) in enumerate(
+            (w, c) for _ in range(args.rounds) for w in args.workload for c in args.clients):
+        order = names if r % 2 == 0 else names[::-1]
+        row = {"round": r, "workload": workload, "clients": clients, "order": order,
+               "load_average": os.getloadavg()[0]}
+        bodies = workload_bodies(workload, args.requests, r)  # the same for both servers
+        for name in order:
+            cpu_s = servers[name].cpu_s()
+            row[name] = phase(servers[name].port, clients, bodies, args.max_phase_s)
+            row[name]["server_cpu_s_per_request"] = round(
+                (servers[name].cpu_s() - cpu_s) / max(1, row[name]["requests"]), 4)
+        if "old" in row and row["old"]["ok_throughput_req_s"] > 0:
+            row["ratio_new_old"] = round(row["new"]["ok_throughput_req_s"]
+                                         / row["old"]["ok_throughput_req_s"], 3)
+        rounds.append(row)
+    return rounds
+
+
+def _median(rows: list[dict], name: str, *path: str) -> float:
+    """Median over `rows` of row[name][path...]."""
+    values = []
+    for row in rows:
+        value = row[name]
+        for key in path:
+            value = value[key]
+        values.append(value)
+    return statistics.median(values)
+
+
+def _summary(rounds: list[dict], names: list[str]) -> dict:
+    """Per workload and client count: each server's medians over the rounds, and the
+    new/old throughput ratios with their median."""
+    out: dict = {}
+    for workload, clients in sorted({(r["workload"], r["clients"]) for r in rounds}):
+        rows = [r for r in rounds if (r["workload"], r["clients"]) == (workload, clients)]
+        entry: dict = {name: {
+            "ok_throughput_req_s_median": _median(rows, name, "ok_throughput_req_s"),
+            "latency_p50_s_median": _median(rows, name, "latency_s", "p50"),
+            "latency_p99_s_median": _median(rows, name, "latency_s", "p99"),
+            "healthz_p99_s_median": _median(rows, name, "healthz", "p99_s"),
+            "server_cpu_s_per_request_median": _median(rows, name, "server_cpu_s_per_request")}
+            for name in names}
+        ratios = [r["ratio_new_old"] for r in rows if "ratio_new_old" in r]
+        if ratios:
+            entry["ratio_new_old"] = ratios
+            entry["ratio_new_old_median"] = statistics.median(ratios)
+        out[f"{workload}, {clients} clients"] = entry
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--requests", type=int, default=64, help="requests per phase")
-    parser.add_argument("--fuzz", type=int, default=0, help="distinct random clusters first")
+    parser.add_argument("--clients", type=int, nargs="+", default=[8])
+    parser.add_argument("--requests", type=int, default=48, help="requests per phase")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved old/new rounds")
+    parser.add_argument("--workload", nargs="+", choices=("seed", "distinct"),
+                        default=["seed", "distinct"], help="see workload_bodies")
+    parser.add_argument("--fuzz", type=int, default=0, help="distinct random clusters first (new)")
+    parser.add_argument("--expensive", type=int, default=8,
+                        help="expensive requests at once for the /healthz phase (0: skip)")
     parser.add_argument("--max-phase-s", type=float, default=120.0)
     parser.add_argument("--workers", type=int, default=2, help="TRAINPLAN_MAX_CONCURRENT_SOLVES")
-    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--old-ref", default=OLD_REF, help="git revision served as 'old'")
+    parser.add_argument("--no-old", action="store_true", help="measure this checkout only")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Server(args.repo, {"TRAINPLAN_DATABASE_URL": f"sqlite:///{tmp}/plans.db",
-                                    "TRAINPLAN_MAX_CONCURRENT_SOLVES": str(args.workers),
-                                    "TRAINPLAN_QUEUE_WAIT_S": "60",
-                                    "TRAINPLAN_MAX_TIME_LIMIT_S": "60"})
-        try:
-            server.wait_ready()
-            phase(server.base, 2, [SEED] * 4, args.max_phase_s)  # warm-up, not reported
-            out: dict = {"benchmark": "POST /v1/layouts seed-70b on seed-512 top_k 3 over HTTP",
-                         "repo": str(args.repo), "workers": args.workers,
-                         "cpus": os.cpu_count(), "phases": []}
-            if args.fuzz:
-                out["fuzz"] = phase(server.base, 8, fuzz_bodies(args.fuzz), args.max_phase_s)
-            for clients in args.clients:
-                out["phases"].append(phase(server.base, clients, [SEED] * args.requests,
-                                           args.max_phase_s))
-            out["peak_tree_rss_bytes"] = server.peak_rss_bytes
-        finally:
-            server.stop()
+    out: dict = {"benchmark": "POST /v1/layouts seed-70b on seed-512 top_k 3 over HTTP",
+                 "old_ref": None if args.no_old else args.old_ref, "workers": args.workers,
+                 "cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
+    with ExitStack() as stack:
+        servers = _servers(stack, args)
+        if args.fuzz:
+            fuzz = [json.dumps(b).encode() for b in fuzz_bodies(args.fuzz)]
+            out["fuzz_new"] = phase(servers["new"].port, 8, fuzz, args.max_phase_s)
+        out["rounds"] = _rounds(servers, args)
+        out["summary"] = _summary(out["rounds"], list(servers))
+        if args.expensive:  # last: the old server cannot stop a request its client left
+            out["healthz_under_expensive"] = {
+                name: under_expensive(server, args.expensive, 1, args.max_phase_s)
+                for name, server in servers.items()}
+        out["peak_tree_rss_bytes"] = {name: s.peak_rss_bytes for name, s in servers.items()}
+    out["load_average_end"] = os.getloadavg()
     print(json.dumps(out, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -38,7 +38,9 @@ BODY_METHODS = (b"POST", b"PUT", b"PATCH")
 
 class BodySizeLimit:
     """ASGI middleware on every request body: 413 above `max_bytes`, 415 unless a /v1 body
-    is JSON, 408 when the client sends it slower than `read_timeout_s` per chunk (all JSON).
+    is JSON, 408 when the whole body is not in within `read_timeout_s` of its headers (a
+    client dripping a byte at a time cannot hold a connection longer; all JSON). The
+    request head has its own deadline in the protocol (service.http_guard).
 
     The body is read up to the limit before the app sees it, so a missing or lying
     Content-Length cannot get a larger body through.
@@ -66,9 +68,10 @@ class BodySizeLimit:
                                "content-type")
             return
         chunks, size, more = [], 0, True
+        deadline = time.monotonic() + self.read_timeout_s  # for the whole body, not per piece
         while more:
             try:
-                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 await self._reject(send, 408, "timeout", f"request body not received within "
                                    f"{self.read_timeout_s} s")
@@ -90,9 +93,11 @@ class BodySizeLimit:
         reason = "too large" if status == 413 else message
         body = json.dumps({"error": {"status": status, "type": kind, "message": message,
                                      "problems": [{"field": field, "reason": reason}]}}).encode()
+        # The body was not read to its end: the connection cannot carry another request.
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -58,8 +58,12 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(
         default=1_000_000, ge=1_024, description="Largest request body accepted (413 above).")
     body_read_timeout_s: float = Field(
-        default=30.0, gt=0, description="Longest wait for the next piece of a request body "
-                                        "(408 after it).")
+        default=30.0, gt=0, description="Longest time to receive a whole request body, from "
+                                        "its headers (408 after it).")
+    header_read_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest time to receive a request's line and headers, "
+                                        "from the connection's first byte or its previous "
+                                        "response (408 and close after it; slowloris).")
     default_time_limit_s: float = Field(
         default=2.0, gt=0, description="Solver time limit when a request does not set one.")
     max_time_limit_s: float = Field(

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.app import create_app
+    from service.http_guard import head_deadline_protocol
     from service.settings import Settings, SettingsFileError
 
     try:
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: serving on {args.host} without TRAINPLAN_API_TOKEN: anyone who can "
               "reach this port can plan and read plans", file=sys.stderr)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                proxy_headers=True, timeout_keep_alive=5)
+                proxy_headers=True, timeout_keep_alive=5,
+                http=head_deadline_protocol(settings.header_read_timeout_s))
     return 0
 
 

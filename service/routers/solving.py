@@ -39,15 +39,19 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
 
 
 def run_search(model, cluster, training, options, profile: Any = None) -> dict[str, Any]:
-    """Ranked layouts (solver.search.search_layouts). Raises: InfeasibleError, SpecError,
-    SolverTimeoutError."""
+    """Ranked layouts (solver.search.search_layouts), its cost tables from the worker's
+    cache (service.tables) when this problem was solved before. Raises: InfeasibleError,
+    SpecError, SolverTimeoutError."""
     try:
         from solver.search import search_layouts
     except ImportError:  # package without its re-export
         from solver.search.api import search_layouts
 
-    result = search_layouts(model, cluster, training, options,
-                            cost_options=None if profile is None else profile.options)
+    from service.tables import TABLES  # a worker's tables of the problems it last solved
+
+    cost_options = None if profile is None else profile.options
+    result = search_layouts(model, cluster, training, options, cost_options=cost_options,
+                            rows_builder=TABLES.builder(cost_options))
     result.step_band = None if profile is None else profile.step_band  # a calibrated profile's band
     return result.as_dict()
 

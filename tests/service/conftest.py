@@ -49,8 +49,12 @@ def start_live_server(**settings) -> tuple[str, object]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    from service.http_guard import head_deadline_protocol
+
     app = create_app(Settings(**settings))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(  # as `trainplan serve` runs it
+        app, log_level="warning", lifespan="on", timeout_keep_alive=5,
+        http=head_deadline_protocol(app.state.settings.header_read_timeout_s)))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
                               daemon=True)
     thread.start()

@@ -81,23 +81,30 @@ def test_abandoned_requests_free_their_workers(live_server_factory):
         assert r.status_code == 200, r.text
 
 
-def _healthz_p99(base: str, n: int) -> float:
-    seconds = []
+def _healthz_seconds(base: str, n: int, until=lambda: False) -> list[float]:
+    """Seconds of up to `n` GET /healthz, one connection, 20 ms apart (stops when `until()`)."""
+    seconds: list[float] = []
     with httpx.Client(base_url=base, timeout=5, trust_env=False) as http:
-        for _ in range(n):
+        while len(seconds) < n and not until():
             t0 = time.perf_counter()
             assert http.get("/healthz").status_code == 200
             seconds.append(time.perf_counter() - t0)
             time.sleep(0.02)
-    return sorted(seconds)[int(0.99 * (n - 1))]
+    return seconds
 
 
 def test_healthz_fast_while_workers_solve(live_server_factory):
     """8 expensive requests at once (2 workers busy, 6 queued): /healthz p99 < 100 ms.
-    On a machine that other work already slows (a shared developer box), the bound is
-    100 ms plus twice the p99 measured just before, with nothing running."""
-    base = live_server_factory(max_concurrent_solves=2, queue_wait_s=3.0, max_time_limit_s=3.0)
-    idle_p99 = _healthz_p99(base, 30)
+
+    On a shared machine other work adds its own delays, so the bound is 100 ms plus twice
+    the p90 of 40 probes just before with nothing running, and 3% of the probes sent while
+    both workers solve (at least 20; one of fewer than 34) may exceed it (a p97). A probe
+    that waited on a solve would take seconds (the threaded server before issue 11: p50
+    ~0.1 s, p99 1-2 s with 8 solves, benchmarks.load), so this still fails when probes
+    share anything with the solves."""
+    base = live_server_factory(max_concurrent_solves=2, queue_wait_s=6.0, max_time_limit_s=3.0)
+    idle = sorted(_healthz_seconds(base, 40))
+    bound_s = 0.1 + 2 * idle[int(0.9 * len(idle))]
 
     def expensive(_):
         with httpx.Client(base_url=base, timeout=30, trust_env=False) as http:
@@ -106,7 +113,10 @@ def test_healthz_fast_while_workers_solve(live_server_factory):
     with ThreadPoolExecutor(8) as pool:
         busy = [pool.submit(expensive, i) for i in range(8)]
         time.sleep(0.3)
-        busy_p99 = _healthz_p99(base, 60)
+        # probed while at least 2 requests (the two workers' share) are still running
+        seconds = _healthz_seconds(base, 200, until=lambda: sum(not f.done() for f in busy) < 2)
         codes = [f.result() for f in busy]
-    assert busy_p99 < 0.1 + 2 * idle_p99, (busy_p99, idle_p99)
+    over = sorted(s for s in seconds if s > bound_s)
+    assert len(seconds) >= 20, f"only {len(seconds)} probes while the workers solved"
+    assert len(over) <= max(1, 0.03 * len(seconds)), (bound_s, len(seconds), over)
     assert set(codes) <= {503, 504} and 504 in codes  # over the deadline or saturated, never 500

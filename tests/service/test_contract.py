@@ -1,4 +1,5 @@
-"""HTTP contract details: 415 for non-JSON bodies, 408 for a stalled body, start-up errors
+"""HTTP contract details: 415 for non-JSON bodies, 408 for a stalled or dripped body and for
+slow headers (slowloris), start-up errors
 as one line per bad setting, the warning for a tokenless non-loopback server."""
 from __future__ import annotations
 
@@ -35,6 +36,78 @@ def test_stalled_body_is_408(live_server_factory):
         while '"problems"' not in reply and (chunk := sock.recv(65536).decode()):
             reply += chunk
     assert reply.startswith("HTTP/1.1 408") and '"type": "timeout"' in reply, reply
+
+
+def _drip(base: str, head: bytes, rest: bytes, every_s: float, limit_s: float) -> tuple[str, float]:
+    """Send `head` at once, then `rest` a byte every `every_s` (never a pause the server
+    could call idle) until the server answers or closes; (reply, seconds until it did)."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname, url.port), timeout=limit_s) as sock:
+        t0 = time.monotonic()
+        sock.sendall(head)
+        sock.settimeout(every_s)
+        reply = b""
+        for i in range(int(limit_s / every_s)):
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                chunk = None
+            except ConnectionResetError:  # closed with our dripped bytes unread
+                break
+            if chunk == b"":
+                break
+            reply += chunk or b""
+            try:
+                sock.sendall(rest[i % len(rest):i % len(rest) + 1])
+            except OSError:  # closed by the server
+                break
+        return reply.decode(errors="replace"), time.monotonic() - t0
+
+
+def test_slow_headers_are_cut_off(live_server_factory):
+    """Slowloris: headers a byte every 50 ms (without the head deadline this holds the
+    connection as long as the client likes). With a 0.5 s deadline: 408 and closed, after
+    at least 0.5 s and well inside the 5 s keep-alive; a silent connection is closed too;
+    a kept-alive connection idle longer than the deadline still serves its next request."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    base = live_server_factory(header_read_timeout_s=0.5)
+    reply, seconds = _drip(base, b"GET /healthz HTTP/1.1\r\n", b"X-Slow: aaaaaaaa\r\n", 0.05, 20)
+    assert reply.startswith("HTTP/1.1 408") and '"field": "headers"' in reply, reply
+    assert 0.5 <= seconds < 4.0, seconds
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
+        t0 = time.monotonic()
+        assert sock.recv(65536).startswith(b"HTTP/1.1 408")  # sent nothing at all
+        assert 0.5 <= time.monotonic() - t0 < 4.0
+        assert sock.recv(65536) == b""  # and closed
+    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
+        for _ in range(2):  # keep-alive: the idle second is uvicorn's (5 s), not the head's
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = b""
+            while not reply.endswith(b'{"status":"ok"}'):
+                chunk = sock.recv(65536)
+                assert chunk, f"closed after {reply!r}"
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 200")
+            time.sleep(1.0)
+
+
+def test_dripped_body_is_408_within_the_body_deadline(live_server_factory):
+    """A body sent a byte every 50 ms (each piece in time) is cut off once the whole body
+    has taken longer than body_read_timeout_s (0.5 s): 408."""
+    base = live_server_factory(body_read_timeout_s=0.5)
+    head = (b"POST /v1/estimate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n")
+    reply, seconds = _drip(base, head, b" ", 0.05, 20)
+    assert reply.startswith("HTTP/1.1 408") and '"type": "timeout"' in reply, reply
+    assert 0.5 <= seconds < 4.0, seconds
 
 
 def _args(host: str) -> argparse.Namespace:

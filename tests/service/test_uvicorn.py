@@ -31,11 +31,12 @@ def test_real_http_round_trip(live_server):
         assert http.get("/v1/plans/" + "0" * 32).status_code == 404
 
 
-def test_concurrent_requests_queue_for_slots(live_server):
-    """4 plans at once through 2 solve slots (5 s queue): all stored, distinct ids."""
+def test_concurrent_requests_queue_for_slots(live_server_factory):
+    """4 plans at once through 2 solve slots: all stored, distinct ids. (The queue wait is
+    60 s: a plan takes 1-5 s of a loaded 2-core machine, and the last two wait for two.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    base, server = live_server
+    base = live_server_factory(max_concurrent_solves=2, queue_wait_s=60)
     body = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
             "options": {"top_k": 2}}
 
