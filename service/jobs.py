@@ -204,14 +204,13 @@ def _run_one(kind: str, payload: dict[str, Any]) -> tuple:
 
 
 def batch_priority() -> bool:
-    """Mark this process SCHED_BATCH (Linux): a CPU-bound job that keeps its full fair share
-    of the CPU but never preempts on wake-up, so the event loop (probes, replies) is not
-    made to wait behind it. sched(7): "SCHED_BATCH: Scheduling batch processes ... the
-    scheduler will apply a small scheduling penalty with respect to wakeup behavior";
-    any process may switch itself to it (no privilege). `nice` was used before and cost the
-    workers two thirds of their share against every other nice-0 process on the machine
-    (nice 5 weighs 335 against nice 0's 1024, kernel/sched/core.c sched_prio_to_weight).
-    Returns False where the policy is not available."""
+    """Mark this process SCHED_BATCH (Linux): it keeps its full fair share of the CPU, but
+    the scheduler treats it as CPU-bound and gives it a small penalty when it wakes up, so
+    the event loop (probes, replies) is not made to wait behind a solve (sched(7),
+    SCHED_BATCH; any process may choose it for itself, no privilege needed). `nice 5`, used
+    before, cost the workers two thirds of their share against every nice-0 process on the
+    machine: nice 5 weighs 335 against nice 0's 1024 (kernel/sched/core.c,
+    sched_prio_to_weight). Returns False where the policy is not available."""
     try:
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     except (AttributeError, OSError):
