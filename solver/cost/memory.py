@@ -211,11 +211,14 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     FP32 softmax reused in place for the gradient); torchtitan 12 (FP32 log-softmax output,
     its incoming gradient and the gradient it returns, alive when backward starts). Added
     for every pp: exact for pp = 1, an upper bound on the first and last stages for pp > 1.
-    A training spec that states `logit_bytes` (a run whose loss is not its framework's)
-    replaces the profile's figure.
+    Under TP the profile's memory.logit_bytes_tp where it has one (torchtitan's vocab-parallel
+    loss: 16). A training spec that states `logit_bytes` (a run whose loss is not its
+    framework's) replaces the profile's figure.
     """
     s_b = ctx.seq_len / cp * micro_batch
-    per_logit = ctx.training.logit_bytes or ctx.framework.memory.logit_bytes.value
+    mem = ctx.framework.memory
+    profile = mem.logit_bytes_tp if tp > 1 and mem.logit_bytes_tp is not None else mem.logit_bytes
+    per_logit = ctx.training.logit_bytes or profile.value
     return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 

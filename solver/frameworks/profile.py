@@ -165,6 +165,8 @@ class MemorySemantics(StrictModel):
     precision: str = Field(min_length=1, max_length=300, description="The default recipe, in words.")
     shard_group: CitedShardGroup
     logit_bytes: CitedLogitBytes          # bytes per logit alive at the loss when backward starts
+    # the same under tensor parallelism (vocab-parallel loss), where it differs; None: logit_bytes
+    logit_bytes_tp: CitedLogitBytes | None = None
     selective_recompute: CitedSelectivePolicy  # what recompute "selective" keeps per layer
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 

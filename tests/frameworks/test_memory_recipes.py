@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from solver.cost.estimate import estimate_layout
-from solver.cost.memory import comm_buffer_bytes
+from solver.cost.memory import comm_buffer_bytes, logits_bytes
 from solver.cost.estimate import make_context
 from solver.presets import load_model, load_training
 from solver.specs import LayoutSpec
@@ -95,3 +95,18 @@ def test_estimate_of_a_layout_megatron_cannot_run_says_why_and_where():
     assert any(n.startswith("NOT RUNNABLE in megatron-core") for n in est.notes)
     d = est.as_dict()
     assert d["runs_in_framework"] is False and d["framework"] == "megatron-core"
+
+
+def test_torchtitan_vocab_parallel_loss_keeps_16_bytes_per_logit_under_tp():
+    # seed-300b: seq 8192; seed-70b: hidden 8192, vocab 128,000. One micro-batch: the LM-head
+    # input 2 x 8192 x 8192 B plus the logits, 8192 x 128,000 / t of them: 12 B each on one
+    # GPU (F.cross_entropy on pred.float()), 16 B under TP (_LossParallelCrossEntropy keeps the
+    # FP32 log-probs, a one-hot, their sum with exp and the product alive); Megatron-Core's
+    # vocab-parallel loss 4 B at any TP.
+    head_input, logits = 2 * 8192 * 8192, 8192 * 128_000
+    for framework, tp, per_logit in (("torchtitan", 1, 12), ("torchtitan", 8, 16),
+                                     ("megatron-core", 8, 4), ("megatron-core", 1, 4)):
+        ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
+                           load_training("seed-300b").model_copy(update={"framework": framework}))
+        got = logits_bytes(ctx, tp=tp, cp=1, micro_batch=1)
+        assert got == pytest.approx(head_input + per_logit * logits / tp)
