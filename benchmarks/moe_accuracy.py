@@ -12,7 +12,9 @@ of:
 - "pending": an FP8 run whose `training` does not state training.compute_precision (scoring
   it would predict a BF16 run against an FP8 measurement).
 Summaries: BF16 runs and FP8 runs apart, each against issue 13's target (median |error| <=
-8%, max <= 20%), and by `group` (one source table). Exit status 0, or 2 when a row does not
+8%, max <= 20%), over all rows and over the target set (confidence high or medium: a row
+is "low" when its own source shows the software, not the layout, set its pace, said in its
+`assumed`), and by `group` (one source table) and `confidence`. Exit status 0, or 2 when a row does not
 load (a malformed row, not a refusal).
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ TARGET = {"median_abs_error": 0.08, "max_abs_error": 0.20}  # issue 13, "Done wh
 BF16 = "bf16"
 # The training field an FP8 run must state to be scored (TrainingSpec.compute_precision).
 FP8_FIELD = "compute_precision"
+TARGET_CONFIDENCE = ("high", "medium")
 PRECISIONS = (BF16, "fp8-delayed", "fp8-current", "fp8-blockwise")
 REQUIRED = ("id", "source", "confidence", "group", "published_precision", "model", "cluster",
             "training", "layout", "measured", "assumed")
@@ -101,6 +104,7 @@ def evaluate_row(row: Any, fallback_id: str) -> dict[str, Any]:
     """
     load_row(row)
     out: dict[str, Any] = {"id": row["id"], "group": row.get("group"),
+                           "confidence": row.get("confidence"),
                            "precision": row.get("published_precision", BF16),
                            "measured_step_time_s": (row.get("measured") or {}).get("step_time_s"),
                            "predicted_step_time_s": None, "error": None}
@@ -146,10 +150,16 @@ def evaluate(path: Path) -> dict[str, Any]:
         except PlannerError as exc:
             bad.append({"line": number, "errors": [str(p) for p in exc.problems] or [exc.message]})
     groups = sorted({str(c["group"]) for c in cases})
-    return {"cases_file": str(path), "target": TARGET, "seconds": time.perf_counter() - start,
-            "bf16": _summary([c for c in cases if c["precision"] == BF16]),
-            "fp8": _summary([c for c in cases if c["precision"] != BF16]),
+    bf16 = [c for c in cases if c["precision"] == BF16]
+    fp8 = [c for c in cases if c["precision"] != BF16]
+    return {"cases_file": str(path), "target": TARGET, "target_confidence": TARGET_CONFIDENCE,
+            "seconds": time.perf_counter() - start,
+            "bf16": _summary(bf16), "fp8": _summary(fp8),
+            "bf16_target_set": _summary([c for c in bf16 if c["confidence"] in TARGET_CONFIDENCE]),
+            "fp8_target_set": _summary([c for c in fp8 if c["confidence"] in TARGET_CONFIDENCE]),
             "by_group": {g: _summary([c for c in cases if str(c["group"]) == g]) for g in groups},
+            "by_confidence": {k: _summary([c for c in bf16 if c["confidence"] == k])
+                              for k in ("high", "medium", "low")},
             "cases": cases, "errors": bad}
 
 

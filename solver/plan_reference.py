@@ -32,8 +32,12 @@ def _published_layout(model: ModelSpec, cluster: ClusterSpec, training: Training
     training.reference.layout.* when the layout does not fit the model or the cluster."""
     try:
         est = estimate_layout(model, cluster, training, layout, cost_options)
-    except SpecError as exc:
-        problems = [Problem(f"training.reference.{p.field}", p.reason) for p in exc.problems]
+    except SpecError as exc:  # the layout's own problems are the reference's; others (a model
+        # part the cost model refuses) keep their field
+        problems = [Problem(f"training.reference.{p.field}" if p.field.startswith("layout") else p.field,
+                            p.reason) for p in exc.problems]
+        if not any(p.field.startswith("training.reference") for p in problems):
+            raise
         raise SpecError("training.reference.layout: " + exc.message, problems) from exc
     return {"estimate": "published layout (cost model)",
             "layout": layout.model_dump(mode="json"),
