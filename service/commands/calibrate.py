@@ -15,7 +15,7 @@ from typing import Any, get_args
 
 from service.cli import emit
 from solver.cost.calibrate import (
-    BOUNDS, FRAMEWORK_TRAITS, SIGMA_PRIOR, SIGMA_RUN, check_framework, errors, fit_constants, leave_one_out,
+    BOUNDS, FRAMEWORK_TRAITS, PRIOR_SD, SIGMA_RUN, check_framework, errors, fit_constants, leave_one_out,
     measured_runs, median_abs, run_frameworks,
 )
 from solver.cost.options import DEFAULT_OPTIONS
@@ -83,7 +83,8 @@ def build_profile(cases: list[dict[str, Any]], framework: str | None, source: st
                       "runs": [{"id": r.get("id", f"run {i + 1}"), "framework": f,
                                 "measured_step_time_s": r["measured"]["step_time_s"]}
                                for i, (r, f) in enumerate(zip(runs, frameworks, strict=True))]},
-        "fit": {"prior": f"ln(c / shipped) ~ N(0, {SIGMA_PRIOR:.3f}^2), bounds {BOUNDS}",
+        "fit": {"prior": "ln(c / shipped) ~ N(0, sd^2) per constant: " + ", ".join(
+                    f"{k} sd {v:.3f}" for k, v in PRIOR_SD.items()) + f"; bounds {BOUNDS}",
                 "run_sd": SIGMA_RUN, "iterations": fit.iterations,
                 "per_framework": list(FRAMEWORK_TRAITS) if fit.framework_constants else [],
                 "posterior_sd_ratio": fit.posterior_sd_ratio, "sensitivity": fit.sensitivity,

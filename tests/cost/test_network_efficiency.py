@@ -92,13 +92,14 @@ def test_moe_expert_links_take_the_efficiency_too(seed_cluster, seed_training):
 
 def test_calibrate_recovers_the_inter_node_efficiency_of_multi_node_runs():
     """llm-foundry FSDP rows over 2-8 nodes (exposed ZeRO-3 traffic), measured steps made by the
-    model at inter-node efficiency 0.7: the fit finds 0.70 and pins it down."""
+    model at inter-node efficiency 0.7: the fit finds 0.70 and pins it down (its prior, 1.0 within
+    1.2x at one s.d., leaves the runs within 2%)."""
     runs = _synthetic([r for r in FOUNDRY if r["cluster"]["nodes"] > 1][::3], inter_node_network_efficiency=0.7)
     fit = fit_constants(runs)
     assert fit.constants["inter_node_network_efficiency"] == pytest.approx(0.70, abs=0.02)
     assert "inter_node_network_efficiency" in fit.pinned
     assert fit.sensitivity["inter_node_network_efficiency"] > 0.5
-    assert max(abs(e) for e in errors(runs, fit.options)) < 0.01
+    assert max(abs(e) for e in errors(runs, fit.options)) < 0.02
 
 
 def test_single_node_runs_cannot_pin_the_inter_node_efficiency():
