@@ -250,19 +250,21 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
 def fp8_cast_s(sh: LayerShape, tp: int, sp: bool, w: Fp8Work, hbm_bytes_s: float) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's FP8 casts for one micro-batch.
 
-    Forward: the four GEMM inputs (solver.cost.fp8.gemm_operand_elements), plus the weights
-    where the framework casts them at every use; backward: the four output gradients, the
-    inputs again where the framework kept them in BF16, the weights again per use. Each
-    element costs the recipe's cast bytes over achievable HBM bandwidth. A framework that
-    caches FP8 weights casts them once per step instead (terms.optimizer_s).
+    Forward: the four GEMM inputs (solver.cost.fp8.gemm_operand_elements; the two norm
+    outputs at the fused-norm bytes where the framework fuses the cast into the norm), plus
+    the weights where the framework casts them at every use; backward: the four output
+    gradients, the inputs again where the framework kept them in BF16, the weights again per
+    use. Each element costs the recipe's cast bytes over achievable HBM bandwidth. A framework
+    that caches FP8 weights casts them once per step instead (terms.optimizer_s).
     """
     rows = sh.tokens / tp if (sp and w.sp_gather_fp8) else sh.tokens
-    inputs, grads, weights = gemm_operand_elements(
+    normed, other, grads, weights = gemm_operand_elements(
         sh.tokens, rows, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)
-    per_use = weights if w.weight_cast_per_use else 0.0
-    fwd = inputs + per_use
-    bwd = grads + (0.0 if w.saved_inputs_fp8 else inputs) + per_use
-    return (w.cast_bytes_per_element * fwd / hbm_bytes_s, w.cast_bytes_per_element * bwd / hbm_bytes_s)
+    c = w.cast_bytes_per_element
+    per_use = c * weights if w.weight_cast_per_use else 0.0
+    fwd = w.norm_cast_bytes_per_element * normed + c * other + per_use
+    bwd = c * grads + (0.0 if w.saved_inputs_fp8 else c * (normed + other)) + per_use
+    return fwd / hbm_bytes_s, bwd / hbm_bytes_s
 
 
 def head_times_s(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions,
@@ -295,7 +297,7 @@ def linear_weights_on_rank(model: ModelSpec, tp: int, pp: int) -> float:
     """Linear-layer weight elements of the transformer layers on one rank (L / pp layers,
     each GEMM's k x n at this TP): the weights FP8 GEMMs use."""
     sh = layer_shape(model, 1, tp, 1, 1)
-    weights = gemm_operand_elements(0, 0, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)[2]
+    weights = gemm_operand_elements(0, 0, sh.hidden, sh.q_width, sh.kv_width, sh.ffn_width, sh.gated)[3]
     return weights * model.layers / pp
 
 

@@ -47,6 +47,17 @@ CAST_BYTES_PER_ELEMENT: dict[str, float] = {
     "fp8-blockwise": BF16_READ + FP8_TWO_COPIES + 2 * 4 / 128,    # 4.0625: FP32 scale / 128
     "mxfp8": BF16_READ + FP8_TWO_COPIES + 2 * 1 / 32,             # 4.0625: E8M0 scale / 32
 }
+# Cast bytes per element of a norm output (the QKV and FFN-up inputs) where the framework
+# fuses the quantization into the norm kernel (profile fp8.norm_fused_cast; Transformer Engine
+# d0067d0 layernorm_linear.py L239-263 and csrc/extensions/normalization.cpp L100-118): the
+# norm then writes FP8 instead of BF16. Delayed scaling is fully fused (the two 1-byte copies
+# replace the 2-byte BF16 write, no read: 0 extra); current scaling fuses only the amax (the
+# BF16 output is written, then cast: the cast's 4 bytes, no amax pass); block and MX scaling
+# are not fused (the full cast).
+FUSED_NORM_CAST_BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp8-delayed": 0.0, "fp8-current": BF16_READ + FP8_TWO_COPIES,
+    "fp8-rowwise": CAST_BYTES_PER_ELEMENT["fp8-rowwise"],
+    "fp8-blockwise": CAST_BYTES_PER_ELEMENT["fp8-blockwise"], "mxfp8": CAST_BYTES_PER_ELEMENT["mxfp8"]}
 # Smallest CUDA compute capability each recipe runs on: Transformer Engine d0067d0,
 # transformer_engine/pytorch/quantization.py L149-185 (per-tensor FP8 >= 8.9, block scaling
 # >= 9.0, MXFP8 >= 10.0 and below 12.0); torchao rowwise needs SM89 (torchtitan float8.py).
@@ -60,6 +71,7 @@ class Fp8Work:
     """What an FP8 recipe casts, per the framework (solver.cost.fp8; profile's fp8 section)."""
 
     cast_bytes_per_element: float  # CAST_BYTES_PER_ELEMENT[recipe]
+    norm_cast_bytes_per_element: float  # the QKV / FFN-up inputs (norm outputs)
     sp_gather_fp8: bool            # inputs cast on the sequence shard, before the SP all-gather
     saved_inputs_fp8: bool         # False: backward casts the saved BF16 inputs again
     weight_cast_per_use: bool      # True: weights cast in every forward and backward
@@ -70,8 +82,9 @@ def fp8_work(precision: ComputePrecision, fw: FrameworkProfile) -> Fp8Work | Non
     if not is_fp8(precision):
         return None
     f = fw.fp8
-    return Fp8Work(CAST_BYTES_PER_ELEMENT[precision], f.sp_gather_fp8.value, f.saved_inputs_fp8.value,
-                   f.weight_cast.value == "per_use")
+    cast = CAST_BYTES_PER_ELEMENT[precision]
+    norm = FUSED_NORM_CAST_BYTES_PER_ELEMENT[precision] if f.norm_fused_cast.value else cast
+    return Fp8Work(cast, norm, f.sp_gather_fp8.value, f.saved_inputs_fp8.value, f.weight_cast.value == "per_use")
 
 
 def is_fp8(precision: ComputePrecision) -> bool:
@@ -123,19 +136,19 @@ def _check_capability(precision: str, gpu: GpuSpec) -> None:
 
 
 def gemm_operand_elements(tokens: int, sp_rows: float, hidden: int, q_width: int, kv_width: int,
-                          ffn_width: int, gated: bool) -> tuple[float, float, float]:
-    """(activation inputs, output gradients, weights) elements one layer's FP8 GEMMs cast.
+                          ffn_width: int, gated: bool) -> tuple[float, float, float, float]:
+    """(norm-output inputs, other inputs, output gradients, weights) elements one layer's
+    FP8 GEMMs cast.
 
-    Inputs of QKV and FFN-up are cast on `sp_rows` rows (the sequence shard when the
-    framework casts before the SP all-gather, else all tokens); the attention-output and
-    FFN-down inputs on all tokens. Output gradients: one per GEMM output. Weights: k x n.
+    The QKV and FFN-up inputs (norm outputs) are cast on `sp_rows` rows (the sequence shard
+    when the framework casts before the SP all-gather, else all tokens); the attention-output
+    and FFN-down inputs on all tokens. Output gradients: one per GEMM output. Weights: k x n.
     """
     up = ffn_width * (2 if gated else 1)
     qkv = q_width + 2 * kv_width
-    inputs = 2 * sp_rows * hidden + tokens * (q_width + ffn_width)
     grads = tokens * (qkv + hidden + up + hidden)
     weights = hidden * qkv + q_width * hidden + hidden * up + ffn_width * hidden
-    return float(inputs), float(grads), float(weights)
+    return float(2 * sp_rows * hidden), float(tokens * (q_width + ffn_width)), float(grads), float(weights)
 
 
 def saved_input_saving_bytes(rep_rows: float, tokens: float, hidden: int, q_width: float,

@@ -186,6 +186,7 @@ class Fp8Semantics(StrictModel):
     saved_inputs_fp8: CitedBool     # GEMM inputs kept for backward as FP8 (1 byte) or high precision
     weight_cast: CitedWeightCast    # FP8 weight copies cast once per step (cached) or at every use
     sp_gather_fp8: CitedBool        # sequence-parallel input all-gathers move FP8 (1 byte) values
+    norm_fused_cast: CitedBool      # the QKV / FFN-up input casts are fused into the norm kernel
 
 
 class FrameworkProfile(StrictModel):
