@@ -142,10 +142,8 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     """
     if ctx.model.moe is None:
         return 0.0, 0.0, 0.0
-    gpu, o = ctx.cluster.gpu, ctx.options
-    blk = ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), gpu, o, tp=tp, cp=cp,
-                             micro_batch=micro_batch, ep=ep, etp=etp)
-    dense_f, dense_b = ML.dense_ffn_times(ctx.model, ctx.seq_len, gpu, o, tp=tp, cp=cp, micro_batch=micro_batch)
+    blk = block_times(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
     fwd = blk.forward_s - dense_f
     compute = fwd + blk.backward_s - dense_b + (fwd if recompute == "full" else 0.0)
     c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
@@ -154,6 +152,20 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     if ctx.training.moe_a2a_overlap:
         a2a = max(0.0, a2a - (blk.forward_s + blk.backward_s))
     return compute, a2a + c.etp_s, c.tp_delta_s
+
+
+@lru_cache(maxsize=65536)
+def block_times(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ML.MoEBlockTimes:
+    """moe_layer.moe_block_times for this problem, memoized per (tp, cp, mb, ep, etp): it does
+    not depend on dp, pp or the links, so a search's tables compute it once per such tuple."""
+    return ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
+                              micro_batch=micro_batch, ep=ep, etp=etp)
+
+
+@lru_cache(maxsize=65536)
+def _dense_ffn(ctx: CostContext, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
+    return ML.dense_ffn_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
+                              micro_batch=micro_batch)
 
 
 def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:

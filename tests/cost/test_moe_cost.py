@@ -19,7 +19,7 @@ from solver.cost import moe_layer as ML
 from solver.cost.estimate import estimate_layout, make_context
 from solver.cost.moe_comm import dense_and_expert_params, dispatch_bytes, expert_links, moe_layer_comm
 from solver.cost.memory import mla_stored_bytes
-from solver.cost.moe_memory import moe_model_state
+from solver.cost.moe_memory import moe_layer_activation_extra_bytes, moe_model_state
 from solver.cost.mtp import mtp_s
 from solver.cost.options import DEFAULT_OPTIONS
 from solver.cost.step import time_terms
@@ -138,6 +138,18 @@ def test_expert_state_sharded_by_ep_etp_and_expert_dp():
     s2 = moe_model_state(ctx, tp=2, pp=4, dp=128, cp=1, zero=1, ep=8, etp=2)
     assert s2.weights == pytest.approx(2 * (1_409_286_144 / 2 + 401_409_024 / 2))
     assert s2.optimizer == pytest.approx(12 * 1_409_286_144 / 2 / 16 + 12 * 401_409_024 / 2 / 128)
+
+
+def test_moe_layer_activations_beyond_a_dense_layer():
+    # tp 1, ep 8, seq 8192, mb 1, imbalance 1.25: t = 8192 tokens, R = 20,480 busy rows on the
+    # one local expert. Router logits + probabilities FP32: 8 x 8192 x 8 = 524,288; dispatched
+    # rows 2 x 20,480 x 4096 = 167,772,160; fc1 outputs (2) + activation output, SwiGLU:
+    # 2 x 20,480 x 14336 x 3 = 1,761,607,680; probabilities per row 4 x 20,480 = 81,920; less the
+    # dense FFN's 2 x 8192 x 14336 x 3 = 704,643,072 -> 1,225,342,976 bytes per layer.
+    ctx = ctx_of()
+    kw = {"tp": 1, "cp": 1, "micro_batch": 1, "ep": 8, "etp": 1}
+    assert moe_layer_activation_extra_bytes(ctx, recompute="none", **kw) == 1_225_342_976
+    assert moe_layer_activation_extra_bytes(ctx, recompute="full", **kw) == 0.0  # layer input only
 
 
 def test_moe_estimate_reports_its_figures_and_dense_has_none():
