@@ -17,7 +17,9 @@ from service.launchers.megatron import (
     megatron_args, megatron_command, megatron_env, megatron_export, megatron_rules,
 )
 from service.launchers.placement import RANKS_LISTED_MAX, rank_placement, torchrun_args
-from service.launchers.torchtitan import torchtitan_export, torchtitan_rules, torchtitan_settings
+from service.launchers.torchtitan import (
+    torchtitan_export, torchtitan_fp8_rules, torchtitan_rules, torchtitan_settings,
+)
 from solver.errors import SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -37,7 +39,7 @@ def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: Layou
     if framework == "megatron-core":
         out += megatron_rules(m, t, layout, split)
     elif framework == "torchtitan":
-        out += torchtitan_rules(m, layout)
+        out += torchtitan_rules(m, layout) + torchtitan_fp8_rules(t)
     else:
         out += deepspeed_rules(layout)
     return list(dict.fromkeys(out))

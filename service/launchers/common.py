@@ -56,8 +56,13 @@ def capability_rules(framework: str, t: TrainingSpec, layout: LayoutSpec,
     cited to the framework's source) that the layout breaks, as (field, rule)."""
     from solver.frameworks import load_framework
 
-    caps = load_framework(framework).capabilities
+    profile = load_framework(framework)
+    caps = profile.capabilities
     out: list[tuple[str, str]] = []
+    recipes = profile.fp8.recipes
+    if t.compute_precision != "bf16" and t.compute_precision not in recipes.value:
+        out.append(("training.compute_precision", f"{framework} runs FP8 recipes {list(recipes.value)}, "
+                    f"not '{t.compute_precision}' ({_cite(recipes)})"))
     stages = (caps.zero_stages_with_pp if layout.pp > 1 else caps.zero_stages_without_pp)
     if layout.zero_stage not in stages.value:
         where = "with" if layout.pp > 1 else "without"

@@ -191,7 +191,24 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     args += _model_args(m, t, layout.tp, model_values(m))
     if t.precision.weight_bytes == 2:
         args.append("--bf16")
-    return args
+    return args + fp8_args(t.compute_precision)
+
+
+# training.compute_precision -> Megatron --fp8-recipe (NVIDIA/Megatron-LM d98e8a64,
+# megatron/core/transformer/transformer_config.py L594-600) and the --fp8-format each recipe's
+# Transformer Engine class defaults to (NVIDIA/TransformerEngine d0067d0, common/recipe/
+# __init__.py: DelayedScaling L254 and Float8CurrentScaling L303 HYBRID, i.e. E4M3 forward /
+# E5M2 gradients; MXFP8BlockScaling L369 and Float8BlockScaling L431 E4M3).
+FP8_RECIPE_ARGS = {"fp8-delayed": ("hybrid", "delayed"), "fp8-current": ("hybrid", "tensorwise"),
+                   "fp8-blockwise": ("e4m3", "blockwise"), "mxfp8": ("e4m3", "mxfp8")}
+
+
+def fp8_args(precision: str) -> list[str]:
+    """--fp8-format / --fp8-recipe for an FP8 compute recipe (none for BF16)."""
+    if precision not in FP8_RECIPE_ARGS:
+        return []
+    fmt, recipe = FP8_RECIPE_ARGS[precision]
+    return ["--fp8-format", fmt, "--fp8-recipe", recipe]
 
 
 def megatron_env(layout: LayoutSpec) -> dict[str, str]:

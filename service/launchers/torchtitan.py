@@ -55,6 +55,18 @@ def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
     return out
 
 
+def torchtitan_fp8_rules(t: TrainingSpec) -> list[tuple[str, str]]:
+    """The export writes BF16 linear layers only: an FP8 plan is refused rather than exported
+    as BF16 (torchtitan's Float8LinearConverter / MXFP8 converters, components/quantization/,
+    are not written yet)."""
+    if t.compute_precision == "bf16":
+        return []
+    return [("training.compute_precision", f"the torchtitan export does not write FP8 converters yet "
+             f"('{t.compute_precision}'); add Float8LinearConverter.Config (rowwise) or the MXFP8 "
+             f"converter to model_registry(..., converters=[...]) by hand "
+             f"(torchtitan/components/quantization/float8.md)")]
+
+
 def stage_layers(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[int]:
     """Layers of each of the pp x vpp stages: the given split, or an even one (earlier
     stages get the remainder)."""

@@ -1,0 +1,42 @@
+"""FP8 compute recipes in the launcher exports: Megatron-LM's --fp8-format / --fp8-recipe
+checked against its own option fixture (tests/fixtures/frameworks/megatron.json, extracted at
+the cited commit); frameworks without the recipe refuse naming training.compute_precision."""
+from __future__ import annotations
+
+import pytest
+
+from service.launchers import framework_rules, megatron_args
+from solver.presets import load_model, load_training
+from solver.specs import LayoutSpec
+from tests.service.framework_options import fixture, parse_megatron
+
+LAYOUT = LayoutSpec(tp=8, pp=1, dp=64, sequence_parallel=True, zero_stage=1, recompute="selective")
+
+
+def _training(precision: str, framework: str = "megatron-core"):
+    return load_training("seed-300b").model_copy(update={"compute_precision": precision, "framework": framework})
+
+
+@pytest.mark.parametrize(("precision", "fmt", "recipe"), [
+    ("fp8-delayed", "hybrid", "delayed"), ("fp8-current", "hybrid", "tensorwise"),
+    ("fp8-blockwise", "e4m3", "blockwise"), ("mxfp8", "e4m3", "mxfp8")])
+def test_megatron_fp8_flags_parse_against_its_options(precision, fmt, recipe):
+    options = fixture("megatron")["options"]
+    assert recipe in options["--fp8-recipe"]["choices"] and fmt in options["--fp8-format"]["choices"]
+    parsed = parse_megatron(megatron_args(load_model("seed-70b"), _training(precision), LAYOUT))
+    assert parsed["fp8"] == fmt and parsed["fp8_recipe"] == recipe and parsed["bf16"] is True
+
+
+def test_bf16_writes_no_fp8_flag():
+    args = megatron_args(load_model("seed-70b"), _training("bf16"), LAYOUT)
+    assert not any(a.startswith("--fp8") for a in args)
+
+
+@pytest.mark.parametrize(("framework", "precision"), [
+    ("deepspeed", "fp8-delayed"), ("torchtitan", "fp8-rowwise"), ("torchtitan", "fp8-delayed"),
+    ("megatron-core", "fp8-rowwise")])
+def test_recipes_a_framework_cannot_export_are_refused(framework, precision):
+    layout = LAYOUT if framework != "deepspeed" else LAYOUT.model_copy(update={"tp": 1, "dp": 512,
+                                                                           "sequence_parallel": False})
+    rules = framework_rules(framework, load_model("seed-70b"), _training(precision, framework), layout, None)
+    assert "training.compute_precision" in [field for field, _ in rules]
