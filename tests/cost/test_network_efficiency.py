@@ -205,3 +205,27 @@ def test_plan_communication_check_uses_the_achieved_dp_bandwidth(seed_model, see
                           dataclasses.replace(DEFAULT_OPTIONS, inter_node_network_efficiency=0.5))
     assert (stated["dp_bandwidth_gb_s"], achieved["dp_bandwidth_gb_s"]) == (45, 22.5)
     assert achieved["dp_grad_sync_lower_bound_s"] == pytest.approx(2 * stated["dp_grad_sync_lower_bound_s"])
+
+
+def test_framework_flag_fits_one_frameworks_runs_with_shared_constants(tmp_path, capsys):
+    """--framework torchtitan on a file of two frameworks: only its runs, no per-framework copies,
+    and the profile names the framework (refused for another framework's training)."""
+    multi = [r for r in FOUNDRY if r["cluster"]["nodes"] > 1][::8]
+    runs_path, out = tmp_path / "runs.jsonl", tmp_path / "p.json"
+    runs_path.write_text("\n".join(json.dumps(r) for r in multi + DGXC[:1]), encoding="utf-8")
+    assert main(["calibrate", str(runs_path), "--framework", "torchtitan", "-o", str(out), "--format", "json"]) == 0
+    data = json.loads(out.read_text())
+    assert data["framework"] == "torchtitan" and data["framework_constants"] == {}
+    assert data["fitted_on"]["frameworks"] == {"torchtitan": len(multi)}
+    assert "dp_overlap_fraction" in data["constants"]
+
+
+def test_measured_profile_report_names_the_tier(seed_model, seed_cluster, seed_training):
+    from service.commands.calibrate import render_measure
+
+    m = measure_profile(seed_model, seed_cluster, seed_training, LayoutSpec(tp=8, pp=1, dp=64), 16, 2,
+                        backend=Backend("numpy", "cpu", np), dist=_FakeDist())
+    constants = {k: v["value"] for k, v in m.pop("constants").items()}
+    text = render_measure({"constants": constants, "clipped": [], "fitted_on": {"measurements": m},
+                           "shipped_constants": {k: getattr(DEFAULT_OPTIONS, k) for k in constants}})
+    assert "intra_node_network_efficiency" in text and "of the cluster's stated busbw" in text
