@@ -102,37 +102,34 @@ def check_compute_precision(precision: ComputePrecision, gpu: GpuSpec, fw: Frame
     """
     if not is_fp8(precision):
         return
+    problem = _fp8_problem(precision, gpu, fw, moe)
+    if problem is not None:
+        raise SpecError(str(problem), [problem])
+
+
+def _fp8_problem(precision: str, gpu: GpuSpec, fw: FrameworkProfile, moe: bool) -> Problem | None:
     field = "training.compute_precision"
     if moe:
-        raise SpecError(f"{field}: '{precision}' with MoE layers is not modelled yet (the grouped "
-                        f"expert GEMMs are costed in BF16); plan the MoE model with 'bf16'",
-                        [Problem(field, "FP8 with MoE not modelled")])
+        return Problem(field, f"'{precision}' with MoE layers is not modelled yet (the grouped expert "
+                              f"GEMMs are costed in BF16); plan the MoE model with 'bf16'")
     if precision not in fw.fp8.recipes.value:
         src = fw.fp8.recipes.sources[0]
         offered = list(fw.fp8.recipes.value) or "no FP8 recipe"
-        raise SpecError(f"{field}: {fw.name} does not run '{precision}' (it runs {offered}; "
-                        f"{src.repository} {src.path})", [Problem(field, f"not run by {fw.name}")])
+        return Problem(field, f"{fw.name} does not run '{precision}' (it runs {offered}; "
+                              f"{src.repository} {src.path})")
     if gpu.peak_fp8_tflops is None:
-        raise SpecError(f"{field}: '{precision}' needs cluster.gpu.peak_fp8_tflops, which "
-                        f"{gpu.name} does not state (no FP8 tensor cores?)",
-                        [Problem("cluster.gpu.peak_fp8_tflops", "not stated")])
-    _check_capability(precision, gpu)
-
-
-def _check_capability(precision: str, gpu: GpuSpec) -> None:
-    field, need = "training.compute_precision", MIN_COMPUTE_CAPABILITY[precision]
-    cc = gpu.compute_capability
+        return Problem("cluster.gpu.peak_fp8_tflops", f"training.compute_precision '{precision}' needs "
+                       f"the GPU's dense FP8 peak, which {gpu.name} does not state (no FP8 tensor cores?)")
+    need, cc = MIN_COMPUTE_CAPABILITY[precision], gpu.compute_capability
     if cc is None:
-        if need > 8.9:
-            raise SpecError(f"{field}: '{precision}' needs CUDA compute capability >= {need}; "
-                            f"cluster.gpu.compute_capability is not stated for {gpu.name}",
-                            [Problem("cluster.gpu.compute_capability", "not stated")])
-        return
+        return None if need <= 8.9 else Problem(
+            "cluster.gpu.compute_capability", f"training.compute_precision '{precision}' needs CUDA "
+            f"compute capability >= {need}, not stated for {gpu.name}")
     if cc < need or (precision == "mxfp8" and cc >= MXFP8_MAX_COMPUTE_CAPABILITY):
-        where = "Blackwell (compute capability 10.x)" if precision == "mxfp8" else f">= {need}"
-        raise SpecError(f"{field}: '{precision}' runs on {where} only; {gpu.name} has compute "
-                        f"capability {cc:g} (Transformer Engine quantization.py recipe checks)",
-                        [Problem(field, f"not supported on compute capability {cc:g}")])
+        where = "Blackwell (compute capability 10.x)" if precision == "mxfp8" else f"compute capability >= {need}"
+        return Problem(field, f"'{precision}' runs on {where} only; {gpu.name} has compute capability "
+                              f"{cc:g} (Transformer Engine quantization.py recipe checks)")
+    return None
 
 
 def gemm_operand_elements(tokens: int, sp_rows: float, hidden: int, q_width: int, kv_width: int,

@@ -3,6 +3,8 @@ checked against its own option fixture (tests/fixtures/frameworks/megatron.json,
 the cited commit); frameworks without the recipe refuse naming training.compute_precision."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from service.launchers import framework_rules, megatron_args
@@ -40,3 +42,13 @@ def test_recipes_a_framework_cannot_export_are_refused(framework, precision):
                                                                            "sequence_parallel": False})
     rules = framework_rules(framework, load_model("seed-70b"), _training(precision, framework), layout, None)
     assert "training.compute_precision" in [field for field, _ in rules]
+
+
+def test_cli_refuses_mxfp8_on_hopper_with_exit_2(capsys):
+    from service.cli import main
+
+    training = json.dumps({"seq_len": 8192, "global_batch_tokens": 4194304, "compute_precision": "mxfp8"})
+    assert main(["estimate", "--model", "seed-70b", "--cluster", "dgx-h100-superpod", "--training", training,
+                 "--layout", LAYOUT.model_dump_json()]) == 2
+    err = capsys.readouterr().err
+    assert "training.compute_precision" in err and "Blackwell" in err
