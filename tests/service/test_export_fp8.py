@@ -10,6 +10,7 @@ import pytest
 from service.launchers import framework_rules, megatron_args
 from solver.presets import load_model, load_training
 from solver.specs import LayoutSpec
+from tests.service.conftest import problems
 from tests.service.framework_options import fixture, parse_megatron
 
 LAYOUT = LayoutSpec(tp=8, pp=1, dp=64, sequence_parallel=True, zero_stage=1, recompute="selective")
@@ -52,3 +53,17 @@ def test_cli_refuses_mxfp8_on_hopper_with_exit_2(capsys):
                  "--layout", LAYOUT.model_dump_json()]) == 2
     err = capsys.readouterr().err
     assert "training.compute_precision" in err and "Blackwell" in err
+
+
+def test_http_estimate_fp8_and_refusal(client):
+    """/v1/estimate: an FP8 plan answers with its MFU convention; an FP8 recipe the GPU cannot
+    run is a 4xx naming training.compute_precision."""
+    training = {"seq_len": 8192, "global_batch_tokens": 4194304, "compute_precision": "fp8-delayed"}
+    body = {"model": "seed-70b", "cluster": "dgx-h100-superpod", "training": training,
+            "layout": LAYOUT.model_dump()}
+    ok = client.post("/v1/estimate", json=body)
+    assert ok.status_code == 200, ok.text
+    assert "mfu_fp8_peak" in ok.text and "compute_precision" in ok.text
+    bad = client.post("/v1/estimate", json={**body, "training": {**training, "compute_precision": "mxfp8"}})
+    assert 400 <= bad.status_code < 500
+    assert "training.compute_precision" in problems(bad)
