@@ -9,7 +9,7 @@ from typing import Any
 
 from service.render_bands import band_note, interval
 from service.render_md import md_table
-from service.render_text import CAPACITY_BASIS, GB_NOTE, capacity_text, gb, layout_words, mfu_text
+from service.render_text import CAPACITY_BASIS, GB_NOTE, capacity_text, gb, layout_words, mfu_text, yes_no
 
 
 def _violations(est: dict[str, Any]) -> list[str]:
@@ -19,11 +19,46 @@ def _violations(est: dict[str, Any]) -> list[str]:
     return out + ([""] if out else [])
 
 
+def _value(key: str, v: Any) -> str:
+    """A field in human units, read off its name: _bytes in GB, _s in seconds, _gb_s in GB/s."""
+    if isinstance(v, bool):
+        return yes_no(v)
+    if isinstance(v, dict):
+        return ", ".join(f"{_name(k)} {_value(k, x)}" for k, x in v.items())
+    if not isinstance(v, (int, float)):
+        return str(v)
+    if key.endswith("_bytes"):
+        return gb(v, 3)
+    unit = " GB/s" if key.endswith("_gb_s") else (" s" if key.endswith("_s") else "")
+    text = f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 1e4 else f"{v:.4g}"
+    return text + unit
+
+
+def _name(key: str) -> str:
+    for suffix in ("_bytes", "_gb_s", "_s"):
+        key = key.removesuffix(suffix)
+    return key.replace("_", " ")
+
+
+def _moe(est: dict[str, Any]) -> list[str]:
+    """The MoE figures of the estimate (solver.cost.moe_summary), one bullet per field, generic
+    over the fields it carries (units in the field names: _bytes, _s, _gb_s)."""
+    moe = est.get("moe") or {}
+    return (["Mixture of experts:", ""] + [f"- {_name(k)}: {_value(k, v)}" for k, v in moe.items()]
+            + [""]) if moe else []
+
+
 def _prediction(est: dict[str, Any]) -> list[str]:
     if "step_time_s" not in est:
         return []
-    out = [f"**{est['step_time_s']:.3f} s per step** ({interval(est, 'step_time_s', '.3f')} s), MFU "
-           f"{mfu_text(est, extra='80% band ' + interval(est, 'mfu', '.1%'))}, HFU {est['hfu']:.1%}, "
+    extra = "80% band " + interval(est, "mfu", ".1%")
+    if est.get("mfu_fp8_peak") is not None:
+        extra += f"; {est['mfu_fp8_peak']:.1%} of the dense FP8 peak"
+    precision = est.get("compute_precision")
+    out = ([f"Compute precision: {precision} ({est.get('mfu_convention', '')})", ""]
+           if precision not in (None, "bf16") else [])
+    out += [f"**{est['step_time_s']:.3f} s per step** ({interval(est, 'step_time_s', '.3f')} s), MFU "
+           f"{mfu_text(est, extra=extra)}, HFU {est['hfu']:.1%}, "
            f"{est['tokens_per_s']:,.0f} tokens/s ({interval(est, 'tokens_per_s', ',.0f')}); "
            f"memory total {interval(est, 'memory_total_bytes', '.1f', 1e9)} GB", ""]
     note = band_note(est)
@@ -51,7 +86,7 @@ def render_estimate(est: dict[str, Any]) -> str:
     if est.get("memory_recipe"):
         out += [f"Memory recipe: {est['memory_recipe']['mode']} "
                 f"({est['memory_recipe']['bytes_per_param']:.2f} B/param of model state)", ""]
-    out += _prediction(est)
+    out += _prediction(est) + _moe(est)
     out += [f"Memory in GB ({GB_NOTE}).", ""]
     out += md_table(["memory per GPU", "GB"], [[k.replace("_", " "), gb(v)] for k, v in m.items()])
     return "\n".join(out + [

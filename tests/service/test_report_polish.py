@@ -139,3 +139,18 @@ def test_layout_words_label_every_field_and_show_new_ones():
     assert words == ("TP 2 · PP 2 · VPP 3 · DP 8 · CP 2 · EP 4 · expert TP 1 · ZeRO-1 · sequence parallel · "
                      "micro-batch 1 · recompute full [megatron-core]")
     assert "EP" not in layout_words({"tp": 8, "pp": 1, "dp": 64, "ep": 1, "zero_stage": 2})
+
+
+def test_moe_estimate_markdown_labels_ep_and_prints_the_moe_figures(capsys):
+    """A MoE layout's EP shows in the labelled layout, and estimate.moe (solver.cost.moe_summary)
+    prints field by field in human units (generic: a field added later prints too)."""
+    import json
+
+    from service.cli import main
+
+    layout = json.dumps({"tp": 2, "dp": 256, "ep": 8, "zero_stage": 1})
+    assert main(["estimate", "--model", "tests/fixtures/hf/mixtral-8x7b/config.json", "--cluster", "seed-512",
+                 "--training", "seed-300b", "--layout", layout, "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# Estimate: TP 2 · PP 1 · DP 256 · EP 8 · ZeRO-1 · micro-batch 1 · recompute none")
+    assert "Mixture of experts:" in md and "- expert dp: 32" in md  # 512 / (EP 8 x ETP 2)
