@@ -63,6 +63,14 @@ FUSED_NORM_CAST_BYTES_PER_ELEMENT: dict[str, float] = {
 # >= 9.0, MXFP8 >= 10.0 and below 12.0); torchao rowwise needs SM89 (torchtitan float8.py).
 MIN_COMPUTE_CAPABILITY: dict[str, float] = {
     "fp8-delayed": 8.9, "fp8-current": 8.9, "fp8-rowwise": 8.9, "fp8-blockwise": 9.0, "mxfp8": 10.0}
+# Frameworks whose FP8 recipe covers MoE layers as modelled in solver.cost.moe_fp8: Megatron-Core
+# runs the routed experts as TEGroupedLinear with --fp8 (NVIDIA/Megatron-LM d98e8a64
+# megatron/core/transformer/moe/experts.py L306-313, extensions/transformer_engine.py L2382).
+FP8_MOE_FRAMEWORKS = frozenset({"megatron-core"})
+FP8_MOE_UNMODELLED = {  # why the others are refused
+    "torchtitan": "Float8GroupedExpertsConverter, torchao prototype moe_training scaled grouped GEMMs, "
+                  "pytorch/torchtitan b5bcd76c torchtitan/components/quantization/float8.py L179-210: "
+                  "its casts are not costed yet"}
 MXFP8_MAX_COMPUTE_CAPABILITY = 12.0  # exclusive (TE: "not supported on 12.0+ architectures yet")
 
 
@@ -95,7 +103,7 @@ def is_fp8(precision: ComputePrecision) -> bool:
 def check_compute_precision(precision: ComputePrecision, gpu: GpuSpec, fw: FrameworkProfile,
                             moe: bool = False) -> None:
     """Refuse an FP8 recipe the framework does not run or the GPU cannot run, and FP8 with
-    MoE layers (their grouped expert GEMMs are costed in BF16 only so far).
+    MoE layers outside FP8_MOE_FRAMEWORKS (solver.cost.moe_fp8 costs Megatron-Core's).
 
     Raises:
         SpecError: naming training.compute_precision (or cluster.gpu.*) and the reason.
@@ -109,14 +117,15 @@ def check_compute_precision(precision: ComputePrecision, gpu: GpuSpec, fw: Frame
 
 def _fp8_problem(precision: str, gpu: GpuSpec, fw: FrameworkProfile, moe: bool) -> Problem | None:
     field = "training.compute_precision"
-    if moe:
-        return Problem(field, f"'{precision}' with MoE layers is not modelled yet (the grouped expert "
-                              f"GEMMs are costed in BF16); plan the MoE model with 'bf16'")
     if precision not in fw.fp8.recipes.value:
         src = fw.fp8.recipes.sources[0]
         offered = list(fw.fp8.recipes.value) or "no FP8 recipe"
         return Problem(field, f"{fw.name} does not run '{precision}' (it runs {offered}; "
                               f"{src.repository} {src.path})")
+    if moe and fw.name not in FP8_MOE_FRAMEWORKS:
+        return Problem(field, f"'{precision}' with MoE layers is modelled for {sorted(FP8_MOE_FRAMEWORKS)} only: "
+                              f"{fw.name}'s FP8 grouped-expert path is not ({FP8_MOE_UNMODELLED.get(fw.name, '')}); "
+                              f"plan the MoE model with 'bf16'")
     if gpu.peak_fp8_tflops is None:
         return Problem("cluster.gpu.peak_fp8_tflops", f"training.compute_precision '{precision}' needs "
                        f"the GPU's dense FP8 peak, which {gpu.name} does not state (no FP8 tensor cores?)")

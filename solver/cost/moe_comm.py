@@ -159,13 +159,13 @@ def block_times(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int
     """moe_layer.moe_block_times for this problem, memoized per (tp, cp, mb, ep, etp): it does
     not depend on dp, pp or the links, so a search's tables compute it once per such tuple."""
     return ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
-                              micro_batch=micro_batch, ep=ep, etp=etp)
+                              micro_batch=micro_batch, ep=ep, etp=etp, fp8=ctx.fp8_work)
 
 
 @lru_cache(maxsize=65536)
 def _dense_ffn(ctx: CostContext, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
     return ML.dense_ffn_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
-                              micro_batch=micro_batch)
+                              micro_batch=micro_batch, fp8=ctx.fp8_work)
 
 
 def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from solver.cost import compute as C
+from solver.cost import moe_fp8 as F8
+from solver.cost.fp8 import Fp8Work
 from solver.cost.options import CostOptions
 from solver.specs import ModelSpec, TrainingSpec
 from topology.spec import GpuSpec
@@ -92,12 +94,15 @@ def expert_shape(model: ModelSpec, seq_len: int, imbalance: float, *, tp: int, c
                        shared_width=math.ceil(e.shared_experts * e.shared_width / tp))
 
 
-def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> float:
+def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions,
+                        fp8: bool = False) -> float:
     """One grouped GEMM of `groups` equal (m, n, k) problems: max(compute, HBM) seconds.
 
     Compute at gemm_peak_fraction x tile quantization (best CTA tile of compute.GEMM_TILES) x
     wave quantization over the tiles of every group; HBM traffic 2 bytes x groups x
-    (mk + kn + mn): the roofline of the module docstring."""
+    (mk + kn + mn): the roofline of the module docstring. FP8 (fp8=True, as
+    compute.gemm_time_s): dense FP8 peak x fp8_gemm_peak_fraction with the same quantization,
+    1-byte inputs (activations and weights) and a BF16 output."""
     if min(groups, m, n, k) <= 0:
         return 0.0
     best = 0.0
@@ -107,15 +112,20 @@ def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts:
         tiles = groups * tiles_m * tiles_n
         waves = math.ceil(tiles / opts.gemm_concurrent_tiles)
         best = max(best, tile_eff * tiles / (waves * opts.gemm_concurrent_tiles))
-    compute_s = 2.0 * groups * m * n * k / (gpu.peak_flops * opts.gemm_peak_fraction * best)
-    hbm_s = C.ACT_BYTES * groups * (m * k + k * n + m * n) / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
-    return max(compute_s, hbm_s)
+    if fp8 and gpu.peak_fp8_tflops is not None:
+        compute_s = 2.0 * groups * m * n * k / (gpu.peak_fp8_tflops * 1e12 * opts.fp8_gemm_peak_fraction * best)
+        hbm_bytes = groups * (1.0 * (m * k + k * n) + C.ACT_BYTES * m * n)
+    else:
+        compute_s = 2.0 * groups * m * n * k / (gpu.peak_flops * opts.gemm_peak_fraction * best)
+        hbm_bytes = C.ACT_BYTES * groups * (m * k + k * n + m * n)
+    return max(compute_s, hbm_bytes / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction))
 
 
-def _grouped_fwd_bwd_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions) -> tuple[float, float]:
+def _grouped_fwd_bwd_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions,
+                       fp8: bool = False) -> tuple[float, float]:
     """(forward, backward = data gradient + weight gradient) of a grouped linear layer."""
-    return (grouped_gemm_time_s(groups, m, n, k, gpu, opts),
-            grouped_gemm_time_s(groups, m, k, n, gpu, opts) + grouped_gemm_time_s(groups, k, n, m, gpu, opts))
+    return (grouped_gemm_time_s(groups, m, n, k, gpu, opts, fp8),
+            grouped_gemm_time_s(groups, m, k, n, gpu, opts, fp8) + grouped_gemm_time_s(groups, k, n, m, gpu, opts, fp8))
 
 
 @dataclass(frozen=True)
@@ -138,15 +148,16 @@ class MoEBlockTimes:
 
 
 def _ffn_fwd_bwd_s(rows: int, width: int, hidden: int, gated: bool, gpu: GpuSpec,
-                   opts: CostOptions, groups: int = 1) -> tuple[float, float]:
+                   opts: CostOptions, groups: int = 1, fp8: bool = False) -> tuple[float, float]:
     """(forward, backward) GEMM seconds of `groups` FFNs of inner `width` on `rows` rows."""
-    up = _grouped_fwd_bwd_s(groups, rows, width * (2 if gated else 1), hidden, gpu, opts)
-    down = _grouped_fwd_bwd_s(groups, rows, hidden, width, gpu, opts)
+    up = _grouped_fwd_bwd_s(groups, rows, width * (2 if gated else 1), hidden, gpu, opts, fp8)
+    down = _grouped_fwd_bwd_s(groups, rows, hidden, width, gpu, opts, fp8)
     return up[0] + down[0], up[1] + down[1]
 
 
 def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSpec, opts: CostOptions,
-                    *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> MoEBlockTimes:
+                    *, tp: int, cp: int, micro_batch: int, ep: int, etp: int,
+                    fp8: Fp8Work | None = None) -> MoEBlockTimes:
     """Forward and backward seconds of one MoE block on one GPU (module docstring).
 
     Routed experts: grouped fc1/fc2 GEMMs of the E/ep local experts at busy_rows rows each.
@@ -158,15 +169,17 @@ def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSp
     (5), sort_chunks_by_idxs: rows x D read and written twice), the activation reads its
     input and writes its output on every routed row (SwiGLU 6, GeLU 4 bytes per element, as
     compute.elementwise_fwd_bytes) and shared row, the router's FP32 logits are written,
-    softmax/top-k read and write them.
+    softmax/top-k read and write them. FP8 (`fp8`): the routed and shared experts' GEMMs in
+    FP8 and their casts (moe_fp8.expert_cast_s); the router GEMM stays BF16.
     """
     e = model.moe
     assert e is not None
     sh = expert_shape(model, seq_len, imbalance, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
     d, gated = model.hidden, model.ffn_gated
-    exp_f, exp_b = _ffn_fwd_bwd_s(sh.busy_rows, sh.width, d, gated, gpu, opts, groups=sh.local_experts)
+    on8 = fp8 is not None
+    exp_f, exp_b = _ffn_fwd_bwd_s(sh.busy_rows, sh.width, d, gated, gpu, opts, groups=sh.local_experts, fp8=on8)
     full_tokens = micro_batch * seq_len // cp
-    shared_f, shared_b = (_ffn_fwd_bwd_s(full_tokens, sh.shared_width, d, gated, gpu, opts)
+    shared_f, shared_b = (_ffn_fwd_bwd_s(full_tokens, sh.shared_width, d, gated, gpu, opts, fp8=on8)
                           if sh.shared_width else (0.0, 0.0))
     t = max(1, round(sh.tokens))
     router_f, router_db, router_wb = C.gemm_fwd_bwd_s(t, e.experts, d, gpu, opts)
@@ -176,23 +189,32 @@ def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSp
     elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e.experts_per_token * d + sort  # permute + unpermute
             + per_act * (sh.busy_rows * sh.local_experts * sh.width + full_tokens * sh.shared_width)
             + 3 * ROUTER_LOGIT_BYTES * sh.tokens * e.experts)                # logits, softmax/top-k
-    elem_s = elem / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    elem_s = elem / hbm
+    cast_f, cast_b = (F8.expert_cast_s(F8.ExpertRows.of(sh, full_tokens, d, gated), fp8, hbm)
+                      if fp8 is not None else (0.0, 0.0))
     ideal_flops = 3 * 2.0 * sh.local_experts * sh.rows_per_expert * d * sh.width * (3 if gated else 2)
+    peak = (gpu.peak_fp8_tflops * 1e12 * opts.fp8_gemm_peak_fraction if on8 and gpu.peak_fp8_tflops
+            else gpu.peak_flops * opts.gemm_peak_fraction)
     return MoEBlockTimes(
         expert_fwd_s=exp_f, expert_bwd_s=exp_b,
-        other_fwd_s=shared_f + router_f + elem_s, other_bwd_s=shared_b + router_db + router_wb + 2 * elem_s,
-        expert_ideal_s=ideal_flops / (gpu.peak_flops * opts.gemm_peak_fraction))
+        other_fwd_s=shared_f + router_f + elem_s + cast_f,
+        other_bwd_s=shared_b + router_db + router_wb + 2 * elem_s + cast_b,
+        expert_ideal_s=ideal_flops / peak)
 
 
 def dense_ffn_times(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions, *, tp: int, cp: int,
-                    micro_batch: int) -> tuple[float, float]:
+                    micro_batch: int, fp8: Fp8Work | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of the dense FFN part of compute.layer_times (its FFN-up
-    and FFN-down GEMMs and its activation kernel), which a MoE layer replaces."""
+    and FFN-down GEMMs and its activation kernel, and with `fp8` their FP8 GEMMs and casts:
+    moe_fp8.dense_ffn_cast_s), which a MoE layer replaces."""
     sh = C.layer_shape(model, seq_len, tp, cp, micro_batch)
     gemms = C.layer_gemms(sh)[2:]
-    parts = [C.gemm_fwd_bwd_s(m, n, k, gpu, opts) for m, n, k in gemms]
-    act = (6 if sh.gated else 4) * sh.ffn_width * sh.tokens / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction)
-    return sum(p[0] for p in parts) + act, sum(p[1] + p[2] for p in parts) + 2 * act
+    parts = [C.gemm_fwd_bwd_s(m, n, k, gpu, opts, fp8 is not None) for m, n, k in gemms]
+    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+    act = (6 if sh.gated else 4) * sh.ffn_width * sh.tokens / hbm
+    cast_f, cast_b = F8.dense_ffn_cast_s(sh, tp, fp8, hbm) if fp8 is not None else (0.0, 0.0)
+    return sum(p[0] for p in parts) + act + cast_f, sum(p[1] + p[2] for p in parts) + 2 * act + cast_b
 
 
 def moe_layer_mask(model: ModelSpec) -> tuple[bool, ...]:

@@ -33,6 +33,8 @@ from functools import lru_cache
 from solver.cost import moe_layer as ML
 from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES
+from solver.cost.fp8 import FP8_BYTES
+from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
@@ -47,7 +49,18 @@ def moe_model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zer
     edp = expert_dp_ranks(tp=tp, cp=cp, dp=dp, ep=ep, etp=e_tp)
     d = framework_state_bytes(ctx.training, dense / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
     x = framework_state_bytes(ctx.training, routed / (ep * e_tp * pp), pp=pp, dp=edp, cp=1, zero=zero)
-    return StateBytes(d.weights + x.weights, d.gradients + x.gradients, d.optimizer + x.optimizer)
+    return StateBytes(d.weights + x.weights + fp8_copy_bytes(ctx, tp=tp, pp=pp, ep=ep, etp=e_tp),
+                      d.gradients + x.gradients, d.optimizer + x.optimizer)
+
+
+def fp8_copy_bytes(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int) -> float:
+    """Cached FP8 weight copies (row- and column-wise, 2 x 1 byte per weight) of the linear
+    weights the rank's FP8 GEMMs use, expert weights included (moe_fp8.moe_linear_weights_on_rank),
+    where the framework caches them (memory.fp8_weight_copy_bytes); 0 otherwise."""
+    w = ctx.fp8_work
+    if w is None or w.weight_cast_per_use:
+        return 0.0
+    return 2.0 * FP8_BYTES * moe_linear_weights_on_rank(ctx.model, tp=tp, pp=pp, ep=ep, etp=etp)
 
 
 @lru_cache(maxsize=65536)
@@ -65,6 +78,10 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     moe = (2 * ML.ROUTER_LOGIT_BYTES * sh.tokens * e.experts + ACT_BYTES * rows * m.hidden
            + ACT_BYTES * rows * sh.width * g1 + 4 * rows + ACT_BYTES * s_b * sh.shared_width * g1)
     dense = ACT_BYTES * s_b * (m.ffn_hidden / tp) * g1
+    w = ctx.fp8_work
+    if w is not None and w.saved_inputs_fp8:  # FP8 saved inputs (solver.cost.moe_fp8)
+        rep = s_b / tp if tp > 1 else s_b  # MoE with TP runs sequence parallelism
+        moe += moe_saved_input_delta_bytes(ExpertRows.of(sh, s_b, m.hidden, m.ffn_gated), m.ffn_hidden / tp, rep)
     return moe - dense
 
 

@@ -374,8 +374,18 @@ def optimizer_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: Z
         shard += (ctx.params.total - dense) / (ep * e_tp * pp) / (edp if zero >= 1 else 1)
     per_param = 2 * rec.grad_bytes + 2 * rec.optimizer_bytes_per_param + 2 * rec.weight_bytes
     hbm = ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction
-    return shard * per_param / hbm + C.fp8_weight_cast_s(ctx.model, ctx.cluster.gpu, ctx.options,
-                                                          ctx.fp8_work, tp, pp)
+    return shard * per_param / hbm + _fp8_weight_cast_s(ctx, tp=tp, pp=pp, ep=ep, etp=etp)
+
+
+def _fp8_weight_cast_s(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int | None) -> float:
+    """compute.fp8_weight_cast_s; a MoE model casts its rank's expert weights instead of the
+    dense FFN's in its MoE layers (moe_fp8.moe_linear_weights_on_rank)."""
+    w = ctx.fp8_work
+    if ctx.model.moe is None or w is None or w.weight_cast_per_use:
+        return C.fp8_weight_cast_s(ctx.model, ctx.cluster.gpu, ctx.options, w, tp, pp)
+    from solver.cost.moe_fp8 import moe_linear_weights_on_rank
+    weights = moe_linear_weights_on_rank(ctx.model, tp=tp, pp=pp, ep=ep, etp=tp if etp is None else etp)
+    return w.cast_bytes_per_element * weights / (ctx.cluster.gpu.hbm_gb_s * 1e9 * ctx.options.hbm_fraction)
 
 
 def layers_on_rank(layers: int, pp: int, vpp: int) -> int:
