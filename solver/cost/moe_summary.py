@@ -58,4 +58,8 @@ def moe_notes(ctx: CostContext, layout: LayoutSpec) -> tuple[str, ...]:
                    "otherwise); charged as if it were on")
     if ctx.training.moe_load_imbalance is None and ctx.training.moe_capacity_factor is None:
         out.append(f"assumed: expert load imbalance {ML.DEFAULT_LOAD_IMBALANCE} ({ML.LOAD_IMBALANCE_BASIS})")
+    if ctx.fp8_work is not None:  # solver.cost.moe_fp8
+        out.append(f"{ctx.training.compute_precision}: routed and shared expert GEMMs in FP8; the token all-to-all "
+                   "stays BF16 (Megatron-Core moe_dispatch_fwd_dtype / moe_combine_bwd_dtype default 'bf16', "
+                   "NVIDIA/Megatron-LM d98e8a64 transformer_config.py L997-1008)")
     return tuple(out)

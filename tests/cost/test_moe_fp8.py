@@ -105,6 +105,8 @@ def test_mixtral_fp8_estimate_is_faster_and_torchtitan_is_refused():
     fp8 = estimate_layout(MIXTRAL, cluster, train.model_copy(update={"compute_precision": "fp8-delayed"}), layout)
     assert fp8.step_time_s < bf16.step_time_s
     assert fp8.mfu_fp8_peak is not None
+    assert any("all-to-all stays BF16" in n for n in fp8.notes)
+    assert not any("all-to-all stays BF16" in n for n in bf16.notes)
     tt = train.model_copy(update={"compute_precision": "fp8-current", "framework": "torchtitan"})
     with pytest.raises(SpecError) as err:
         estimate_layout(MIXTRAL, cluster, tt, layout.model_copy(update={"ep": 1, "etp": None}))
