@@ -227,6 +227,7 @@ def worker_main(conn, max_rss_bytes: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops workers itself
     batch_priority()
     _report = lambda name: conn.send(("stage", name))  # noqa: E731
+    conn.send(("ready",))  # imports done: the pool may hand this worker a job
     while True:
         try:
             kind, payload = conn.recv()

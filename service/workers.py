@@ -11,6 +11,7 @@ Units: `_s` seconds, `_bytes` bytes (RSS read from /proc/<pid>/statm).
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import signal
@@ -19,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable
 
+log = logging.getLogger("trainplan.workers")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 POLL_S = 0.2  # how often a waiting request checks its client, deadline and worker memory
+READY_S = 120.0  # longest wait for a new worker's "ready" (its start-up imports)
 
 
 class JobStopped(Exception):
@@ -84,6 +87,7 @@ class WorkerPool:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
+        """Fork a worker (returns at once; `_ready` waits until it can take a job)."""
         from service.jobs import worker_main
 
         parent, child = multiprocessing.Pipe()
@@ -94,6 +98,35 @@ class WorkerPool:
         worker = _Worker(proc, parent)
         self._all.add(worker)
         return worker
+
+    def _fork_ready(self) -> _Worker | None:
+        """A new worker that has said "ready" (blocking; called in a thread), or None once
+        the pool is closed. A forked child still re-imports the server's main module before
+        it runs (multiprocessing's spawn preparation), a second or more on a loaded
+        machine: a job handed over before then would spend that time of its deadline
+        waiting. A worker that dies or stays silent for READY_S is killed and forked again."""
+        while not self._closed:
+            worker = self._spawn()
+            try:
+                if worker.conn.poll(READY_S) and worker.conn.recv() == ("ready",):
+                    return worker
+            except (EOFError, OSError):
+                pass
+            self._kill(worker)
+            if not self._closed:
+                log.error("solve worker %s did not start; forking another", worker.process.pid)
+                time.sleep(1.0)
+        return None
+
+    def _kill(self, worker: _Worker) -> None:
+        self._all.discard(worker)
+        if worker.process.is_alive():
+            try:
+                os.kill(worker.process.pid, signal.SIGKILL)
+            except ProcessLookupError:  # died meanwhile
+                pass
+        worker.process.join(timeout=5)
+        worker.conn.close()
 
     def _retire(self, worker: _Worker) -> None:
         """Kill `worker` (SIGKILL: a solve does not stop for less) and put a fresh one in.
@@ -110,14 +143,13 @@ class WorkerPool:
         def reap_and_fork() -> _Worker | None:
             dead.process.join(timeout=5)
             dead.conn.close()
-            return None if self._closed else self._spawn()
+            return self._fork_ready()
 
         fresh = await asyncio.to_thread(reap_and_fork)
         if fresh is None:
             return
         if self._closed or self._idle is None:  # closed while it forked
-            self._all.discard(fresh)
-            os.kill(fresh.process.pid, signal.SIGKILL)
+            self._kill(fresh)
             return
         self._idle.put_nowait(fresh)
 
@@ -129,8 +161,10 @@ class WorkerPool:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        workers = await asyncio.to_thread(lambda: [self._spawn() for _ in range(self.size)])
-        if self._closed:  # closed while starting
+        forked = await asyncio.gather(*[asyncio.to_thread(self._fork_ready)
+                                        for _ in range(self.size)])
+        workers = [w for w in forked if w is not None]
+        if self._closed or len(workers) < self.size:  # closed while starting
             self.close()
             return
         idle: asyncio.Queue[_Worker] = asyncio.Queue()
@@ -149,11 +183,7 @@ class WorkerPool:
     def close(self) -> None:
         self._closed = True
         for worker in list(self._all):
-            self._all.discard(worker)
-            if worker.process.is_alive():
-                os.kill(worker.process.pid, signal.SIGKILL)
-            worker.process.join(timeout=5)
-            worker.conn.close()
+            self._kill(worker)
 
     # ---- running a job ---------------------------------------------------------------------
     async def run(self, kind: str, payload: dict[str, Any], deadline: float,
