@@ -13,7 +13,7 @@ from service.commands.plan import add_price_arguments, training_from_args
 from service.commands.profile_args import add_profile_flag, profile_for
 from service.render_bands import interval
 from service.render_md import layout_gpus, md_table
-from service.render_text import GB_NOTE, MFU_HEAD, mfu_cells, yes_no
+from service.render_text import CAPACITY_BASIS, GB_NOTE, MFU_HEAD, capacity_text, mfu_cells, yes_no
 from solver.plan import LAYOUT_FIELDS
 from solver.presets import load_model
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     result = search_layouts(model, cluster, training, options_from_args(args),
                             cost_options=None if profile is None else profile.options)
     result.step_band = None if profile is None else profile.step_band
-    emit(result.as_dict(), args.format, render_search)
+    emit(result.as_dict(), args.format, lambda r: render_search(r, cluster.gpu.memory_bytes))
     return 0
 
 
@@ -111,7 +111,7 @@ def tie_sentence(search: dict[str, Any]) -> str | None:
             f"dimensions.")
 
 
-def render_search(result: dict[str, Any]) -> str:
+def render_search(result: dict[str, Any], capacity_bytes: float | None = None) -> str:
     """Markdown: the search status line and one table row per layout."""
     s = result["search"]
     lines = [f"# Layout search ({s['objective']})", "",
@@ -135,7 +135,10 @@ def render_search(result: dict[str, Any]) -> str:
             for r in result["layouts"]]
     note = ["", "Run days, GPU-hours and cost are at the predicted step time with failures priced "
                 "in (checkpoint stalls, lost work, restarts: goodput; see `plan`'s Run risk). "
-                f"Memory in GB ({GB_NOTE})."]
+                f"Memory in GB ({GB_NOTE})"
+                + ("" if capacity_bytes is None
+                   else f"; GPU capacity {capacity_text(capacity_bytes)}: {CAPACITY_BASIS}")
+                + "."]
     return "\n".join(lines + md_table(head, rows) + note)
 
 

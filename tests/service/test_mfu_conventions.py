@@ -86,6 +86,7 @@ def test_search_and_validate_json_carry_both(capsys, tmp_path):
         _both(d)
     code, md, _ = _run(capsys, ["search", *SEED, "--training", "seed-300b", "--top", "2", "--format", "md"])
     assert "MFU, non-causal attention FLOPs | MFU, causal attention FLOPs" in md
+    assert "Memory in GB (GB = 1e9 bytes, GiB = 2^30 bytes); GPU capacity 80 GB (74.5 GiB)" in md  # seed GPU
     case = {"id": "seed", "model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
             "layout": {"tp": 8, "dp": 64, "zero_stage": 1, "sequence_parallel": True}}
     path = tmp_path / "cases.jsonl"
