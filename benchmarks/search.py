@@ -1,7 +1,9 @@
-"""Search latency: the seed problem (top-10), a 16,384-GPU and two 100,000-GPU cases, and
+"""Search latency: the seed problem (top-10), a 16,384-GPU and two 100,000-GPU cases, the MoE
+problems of issue 13 (Mixtral 8x22B on 512 H100, DeepSeek-V3 on 2048 H800, with EP/ETP), and
 CP-SAT against the exhaustive oracle. Prints JSON (medians of repeats, cold first call too).
 
-Run: `python -m benchmarks.search [--repeats N] [--skip-large]`. Not part of the test gate.
+Run: `python -m benchmarks.search [--repeats N] [--skip-large] [--moe-only]`. Not part of the
+test gate.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import statistics
 import time
 
+from solver.errors import PlannerError
 from solver.presets import load_model, load_training
 from solver.search import exhaustive_search, search_layouts
 from solver.specs import TrainingSpec
@@ -39,6 +42,33 @@ def case(model, cluster, training, repeats: int, top_k: int = 10, **options) -> 
                      "mfu": best.estimate.mfu}}
 
 
+HF = "tests/fixtures/hf"
+# The MoE problems: (model config, cluster preset, nodes, training). Batches and tokens are
+# assumptions stated here: Mixtral 8x22B 1,024 x 4,096-token sequences (4.2M tokens, 1T tokens;
+# Mistral published neither); DeepSeek-V3 15,360 x 4,096 (its report, sec. 4.2: batch ramped to
+# 15,360 sequences; 14.8T tokens on 2,048 H800).
+MOE_PROBLEMS = {
+    "mixtral_8x22b_512_h100": (f"{HF}/mixtral-8x22b/config.json", "dgx-h100-superpod", 64,
+                               TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 1024, tokens=1e12)),
+    "deepseek_v3_2048_h800": (f"{HF}/deepseek-v3/config.json", "h800-2048", 256,
+                              TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 15360, tokens=14.8e12)),
+}
+
+
+def moe_case(name: str, repeats: int) -> dict:
+    """One MoE problem's top-10 timing and best layout (EP/ETP included), or why it is refused."""
+    path, preset, nodes, training = MOE_PROBLEMS[name]
+    model, cluster = load_model(path), load_cluster(preset).model_copy(update={"nodes": nodes})
+    try:
+        out = case(model, cluster, training, repeats)
+    except PlannerError as exc:
+        return {"refused": str(exc)}
+    res = search_layouts(model, cluster, training, {"top_k": 10})
+    out["top10"] = [{**{k: r.layout.model_dump()[k] for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "etp")},
+                     "step_time_s": r.estimate.step_time_s} for r in res.layouts]
+    return out
+
+
 def seed_vs_exhaustive(model, cluster, training) -> dict:
     t0 = time.perf_counter()
     ex = exhaustive_search(model, cluster, training)
@@ -53,13 +83,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-large", action="store_true", help="only the seed cases")
+    ap.add_argument("--moe-only", action="store_true", help="only the MoE problems")
     args = ap.parse_args()
+    if args.moe_only:
+        print(json.dumps({n: moe_case(n, args.repeats) for n in MOE_PROBLEMS}, indent=2, default=str))
+        return
     model, cluster, training = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
     out = {"seed_top10": case(model, cluster, training, args.repeats)}
     out["seed_cpsat_vs_exhaustive"] = seed_vs_exhaustive(model, cluster, training)
     for name, opts in {"min_cost": {"objective": "min_cost"}, "allow_fewer_gpus": {"allow_fewer_gpus": True},
                        "min_gpus": {"objective": "min_gpus"}}.items():
         out[f"seed_{name}_top10"] = case(model, cluster, training, 2, **opts)
+    for name in MOE_PROBLEMS:
+        out[name] = moe_case(name, 2)
     if not args.skip_large:
         big_batch = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 2048, tokens=15e12)
         c16k = cluster.model_copy(update={"name": "seed-16384", "nodes": 2048})

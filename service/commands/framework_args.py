@@ -70,6 +70,8 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cp", type=_bounded_int("max_cp"), help="largest context-parallel degree")
     p.add_argument("--max-micro-batch", type=_bounded_int("max_micro_batch"),
                    help="largest micro-batch, sequences")
+    p.add_argument("--max-ep", type=_bounded_int("max_ep"),
+                   help="largest expert-parallel degree (MoE models; default: every divisor of the experts)")
     p.add_argument("--orders", type=_comma_list(str, get_args(RankOrder), "rank orders"),
                    help="rank orders (placements) to search, e.g. tp-cp-dp-pp,tp-cp-pp-dp")
 
@@ -77,5 +79,6 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
 def search_flag_options(args: argparse.Namespace) -> dict[str, Any]:
     """The SearchOptions fields the search-space flags set (absent flags keep defaults)."""
     given = {"zero_stages": args.zero_stages, "recompute": args.recompute, "max_vpp": args.max_vpp,
-             "max_cp": args.max_cp, "max_micro_batch": args.max_micro_batch, "rank_orders": args.orders}
+             "max_cp": args.max_cp, "max_micro_batch": args.max_micro_batch, "max_ep": args.max_ep,
+             "rank_orders": args.orders}
     return {k: v for k, v in given.items() if v is not None}

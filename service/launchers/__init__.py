@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.launchers.common import capability_rules, dense_model_rules, refuse
+from service.launchers.common import capability_rules, dense_model_rules, expert_capability_rules, refuse
 from service.launchers.deepspeed import deepspeed_config, deepspeed_export, deepspeed_rules
+from service.launchers.megatron_moe import moe_rules
 from service.launchers.megatron import (
     megatron_args, megatron_command, megatron_env, megatron_export, megatron_rules,
 )
@@ -35,9 +36,10 @@ def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: Layou
                     split: list[int] | None) -> list[tuple[str, str]]:
     """Every rule of `framework` the layout breaks: its profile's capabilities, then the
     framework's own checks on the exported configuration. Empty when it runs."""
-    out = dense_model_rules(m) + capability_rules(framework, t, layout, split)
+    out = dense_model_rules(m, framework) + capability_rules(framework, t, layout, split)
+    out += expert_capability_rules(framework, m, t, layout)
     if framework == "megatron-core":
-        out += megatron_rules(m, t, layout, split)
+        out += megatron_rules(m, t, layout, split) + moe_rules(m, t, layout)
     elif framework == "torchtitan":
         out += torchtitan_rules(m, layout) + torchtitan_fp8_rules(t)
     else:

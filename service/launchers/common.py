@@ -114,10 +114,40 @@ def _microbatch_rules(framework: str, rule: Any, t: TrainingSpec, layout: Layout
     return []
 
 
-def dense_model_rules(m: ModelSpec) -> list[tuple[str, str]]:
-    """The exports write dense GPT-style models only: experts, latent attention, Q/K norms and
-    multi-token prediction are refused rather than exported as a dense model."""
-    out = [(f"model.{name}", "the launcher exports cover dense models; this model has it set")
-           for name, on in (("moe", m.moe is not None), ("mla", m.mla is not None),
-                            ("qk_norm", m.qk_norm != "none"), ("mtp_layers", m.mtp_layers > 0)) if on]
+def dense_model_rules(m: ModelSpec, framework: str = "megatron-core") -> list[tuple[str, str]]:
+    """Model parts an export does not write, refused rather than exported as a dense model:
+    Q/K norms everywhere; experts, latent attention and multi-token prediction outside
+    Megatron-LM (service.launchers.megatron_moe writes them for Megatron-LM)."""
+    parts = [("qk_norm", m.qk_norm != "none"), ("mtp_layers", m.mtp_layers > 0 and framework != "megatron-core")]
+    out = [(f"model.{name}", "the launcher exports do not write this model part; this model has it set")
+           for name, on in parts if on]
+    if framework == "torchtitan":
+        why = ("the torchtitan export writes torchtitan's Llama 3 model module (torchtitan/models/llama3); "
+               "its MoE / MLA modules (models/deepseek_v3, models/qwen3) are not exported yet")
+        out += [(f"model.{name}", why) for name, on in (("moe", m.moe is not None), ("mla", m.mla is not None)) if on]
+    elif framework == "deepspeed":
+        if m.moe is not None:
+            out.append(("model.moe", "DeepSpeed's experts and their ep_size are set in the model code "
+                        "(deepspeed/moe/layer.py MoE(num_experts, ep_size, k)), not in the config the export "
+                        "writes; the export writes dense Llama-style models only"))
+        if m.mla is not None:
+            out.append(("model.mla", "the DeepSpeed export's Hugging Face Llama config has no latent attention"))
     return out
+
+
+def expert_capability_rules(framework: str, m: ModelSpec, t: TrainingSpec,
+                            layout: LayoutSpec) -> list[tuple[str, str]]:
+    """The framework profile's expert rules (capabilities.experts, each cited) a MoE layout
+    breaks, as (field, rule); a dense model's layout with ep > 1 is LayoutSpec's own check."""
+    from solver.frameworks import load_framework
+    from solver.frameworks.capability import expert_violations
+
+    if m.moe is None:
+        return []
+    fields = {"moe_tp_needs_sp": "layout.sequence_parallel", "moe_zero_stages": "layout.zero_stage",
+              "expert_tensor_parallel": "layout.etp"}
+    found = expert_violations(load_framework(framework), tp=layout.tp, pp=layout.pp, cp=layout.cp, dp=layout.dp,
+                              sp=layout.sequence_parallel, zero=layout.zero_stage, ep=layout.ep,
+                              etp=layout.expert_tp)
+    return [(fields.get(v.rule, "layout.ep"), f"{v.reason} ({v.sources[0].repository} {v.sources[0].path})")
+            for v in found]

@@ -29,6 +29,7 @@ import math
 import shlex
 
 from service.launchers.common import ModelValues, model_values, refuse
+from service.launchers.megatron_moe import mla_args, moe_args, moe_notes, moe_rules, mtp_args
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -169,7 +170,8 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     `split` is the layers per pipeline stage (or per chunk) when the search chose an uneven
     split. Raises: SpecError naming the Megatron-LM rule the layout breaks.
     """
-    refuse("megatron-core", megatron_rules(m, t, layout, split))  # capabilities: export_layout
+    # capabilities: export_layout
+    refuse("megatron-core", megatron_rules(m, t, layout, split) + moe_rules(m, t, layout))
     batch = batch_plan(t, layout.dp, layout.micro_batch)
     args = ["--tensor-model-parallel-size", str(layout.tp),
             "--pipeline-model-parallel-size", str(layout.pp),
@@ -189,6 +191,7 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     args += _recompute_args(layout.recompute)
     args += ["--attention-backend", "unfused" if t.attention_kernel == "unfused" else "flash"]
     args += _model_args(m, t, layout.tp, model_values(m))
+    args += moe_args(m, t, layout) + mla_args(m) + mtp_args(m)  # experts, MLA, MTP (megatron_moe.py)
     if t.precision.weight_bytes == 2:
         args.append("--bf16")
     return args + fp8_args(t.compute_precision)
@@ -233,7 +236,7 @@ def megatron_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchrun:
                     split: list[int] | None = None) -> dict:
     """The Megatron-LM launch block. Raises: SpecError when Megatron-LM cannot run the layout."""
     args, env = megatron_args(m, t, layout, split), megatron_env(layout)
-    notes = [*model_values(m).notes,
+    notes = [*model_values(m).notes, *moe_notes(m),
              f"add tokenizer, data, optimizer and checkpoint arguments; the tokenizer's vocabulary "
              f"must be {m.vocab} tokens (--vocab-size is what NullTokenizer uses)"]
     if m.vocab % (vocab_divisor(m.vocab, layout.tp) * layout.tp):

@@ -115,12 +115,15 @@ def check_layout(ctx: CostContext, layout: LayoutSpec) -> None:
                         problems)
 
 
-def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum: int) -> list[dict]:
+def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum: int,
+                         moe: bool = False) -> list[dict]:
     """The capability rules of training.framework the layout breaks, each with its reason
-    and the framework source (solver.frameworks.capability.violations); empty: it runs."""
+    and the framework source (solver.frameworks.capability.violations); empty: it runs.
+    moe: the model has expert layers (its expert rules apply: EP, ETP, expert ranks)."""
     fw = load_framework(training.framework)
     found = violations(fw, kernel=training.attention_kernel, tp=layout.tp, pp=layout.pp, cp=layout.cp,
-                       vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum)
+                       vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum,
+                       moe=moe, dp=layout.dp, ep=layout.ep, etp=layout.etp)
     return [v.as_dict() for v in found]
 
 
@@ -160,7 +163,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
                           usable - mem["total"], (usable - mem["total"]) / cap)
     notes: tuple[str, ...] = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
         f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
-    broken = framework_violations(ctx.training, layout, m)
+    broken = framework_violations(ctx.training, layout, m, moe=ctx.model.moe is not None)
     notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
     notes += moe_notes(ctx, layout)
     per_s = batch.tokens_per_step / (st.step_time_s * peak)  # MFU per model FLOP per token

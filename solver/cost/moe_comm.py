@@ -138,20 +138,39 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     (moe_layer.dense_ffn_times), forward + backward, plus its forward again under full
     recompute (selective recompute repeats the attention core only). Communication: the
     all-to-alls (exposed in full, or beyond the layer's compute with training.moe_a2a_overlap),
-    the expert-TP collectives and the TP change (moe_layer_comm).
+    the expert-TP collectives and the TP change (moe_layer_comm). The parts are
+    moe_layer_compute and moe_layer_comm_s (the search memoizes them apart: the compute does
+    not depend on dp, pp or the placement).
     """
     if ctx.model.moe is None:
         return 0.0, 0.0, 0.0
+    compute, block_s = moe_layer_compute(ctx, tp=tp, cp=cp, recompute=recompute, micro_batch=micro_batch,
+                                         ep=ep, etp=etp)
+    return (compute, *moe_layer_comm_s(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                                       ep=ep, etp=etp, dp=dp, pp=pp, block_s=block_s))
+
+
+def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute, micro_batch: int,
+                      ep: int, etp: int) -> tuple[float, float]:
+    """(compute beyond the dense layer, the MoE block's forward + backward) seconds, one
+    micro-batch (moe_layer_extra_s)."""
     blk = block_times(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
     dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
     fwd = blk.forward_s - dense_f
     compute = fwd + blk.backward_s - dense_b + (fwd if recompute == "full" else 0.0)
+    return compute, blk.forward_s + blk.backward_s
+
+
+def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
+                     ep: int, etp: int, dp: int, pp: int, block_s: float) -> tuple[float, float]:
+    """(EP/ETP communication, TP change) of moe_layer_extra_s; block_s: the MoE block's forward
+    + backward seconds (moe_layer_compute), what an overlapped all-to-all hides under."""
     c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
                        ep=ep, etp=etp, dp=dp, pp=pp)
     a2a = c.a2a_s
     if ctx.training.moe_a2a_overlap:
-        a2a = max(0.0, a2a - (blk.forward_s + blk.backward_s))
-    return compute, a2a + c.etp_s, c.tp_delta_s
+        a2a = max(0.0, a2a - block_s)
+    return a2a + c.etp_s, c.tp_delta_s
 
 
 @lru_cache(maxsize=65536)

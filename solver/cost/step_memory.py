@@ -17,7 +17,7 @@ from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
 from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
 from solver.cost.terms import CostContext
 from solver.errors import Problem, SpecError
-from solver.specs import LayoutSpec, ZeroStage
+from solver.specs import LayoutSpec, Recompute, ZeroStage
 
 
 def rank_layers(split: tuple[int, ...], pp: int) -> list[int]:
@@ -76,13 +76,22 @@ def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
 def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:
     """What the MoE layers of the first stage keep beyond dense layers (solver.cost.moe_memory):
     the busiest rank's MoE layers x in-flight micro-batches x the per-layer extra, plus, under
-    full recompute, the extra of the one MoE layer being recomputed."""
+    full recompute, the extra of the one MoE layer being recomputed (moe_activation_extra_of)."""
     lo = layout
-    kw: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "micro_batch": lo.micro_batch, "ep": lo.ep, "etp": lo.expert_tp}
-    n = busiest_moe_layers(moe_layer_mask(ctx.model), lo.pp, lo.vpp)
-    flight = M.in_flight_microbatches(lo.pp, lo.vpp, grad_accum)
-    out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=lo.recompute, **kw)
-    return out + (moe_full_layer_bytes(ctx, **kw) if lo.recompute == "full" else 0.0)
+    return moe_activation_extra_of(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch, ep=lo.ep,
+                                   etp=lo.expert_tp, pp=lo.pp, vpp=lo.vpp, recompute=lo.recompute,
+                                   grad_accum=grad_accum, mask=moe_layer_mask(ctx.model))
+
+
+def moe_activation_extra_of(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int, pp: int,
+                            vpp: int, recompute: Recompute, grad_accum: int, mask: tuple[bool, ...]) -> float:
+    """moe_activation_extra_bytes from the layout's scalars (mask: moe_layer.moe_layer_mask of
+    the model; the search holds it once per problem)."""
+    kw: dict[str, Any] = {"tp": tp, "cp": cp, "micro_batch": micro_batch, "ep": ep, "etp": etp}
+    n = busiest_moe_layers(mask, pp, vpp)
+    flight = M.in_flight_microbatches(pp, vpp, grad_accum)
+    out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw)
+    return out + (moe_full_layer_bytes(ctx, **kw) if recompute == "full" else 0.0)
 
 
 def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:

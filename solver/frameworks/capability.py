@@ -51,8 +51,9 @@ def shard_ok(fw: FrameworkProfile, tp: int, pp: int, cp: int, zero: int) -> bool
 
 
 def expert_ok(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, sp: bool, ep: int, etp: int) -> bool:
-    """The expert degrees at these dense degrees: EP only where the framework has it (and with
-    PP / CP where it composes), SP where EP with TP requires it, and the framework's ETP rule."""
+    """A MoE model's expert degrees at these dense degrees: EP only where the framework has it
+    (and with PP / CP where it composes), SP where the framework requires it with TP, and the
+    framework's ETP rule."""
     return not _expert_problems(fw, tp=tp, pp=pp, cp=cp, sp=sp, ep=ep, etp=etp)
 
 
@@ -92,8 +93,8 @@ def _expert_problems(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, sp: boo
         out.append(("expert_with_pp", f"ep {ep} cannot combine with pp {pp}", ex.expert_with_pp))
     if ep > 1 and cp > 1 and not ex.expert_with_cp.value:
         out.append(("expert_with_cp", f"ep {ep} cannot combine with cp {cp}", ex.expert_with_cp))
-    if ep > 1 and tp > 1 and not sp and ex.ep_tp_needs_sp.value:
-        out.append(("ep_tp_needs_sp", f"ep {ep} with tp {tp} needs sequence parallelism", ex.ep_tp_needs_sp))
+    if tp > 1 and not sp and ex.moe_tp_needs_sp.value:
+        out.append(("moe_tp_needs_sp", f"expert layers with tp {tp} need sequence parallelism", ex.moe_tp_needs_sp))
     if not expert_tp_allowed(fw, tp, ep, etp):
         rule = ex.expert_tensor_parallel.value
         out.append(("expert_tensor_parallel", f"expert TP {etp} breaks the '{rule}' rule at tp {tp}, ep {ep}",
@@ -144,6 +145,18 @@ def violations(fw: FrameworkProfile, *, kernel: str, tp: int, pp: int, cp: int, 
     if moe:
         _expert_violations(fw, tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=zero, ep=ep,
                            etp=tp if etp is None else etp, add=add)
+    return out
+
+
+def expert_violations(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, dp: int, sp: bool, zero: int,
+                      ep: int, etp: int) -> list[Violation]:
+    """The expert rules of `fw` a MoE layout breaks (etp: the expert TP in effect)."""
+    out: list[Violation] = []
+
+    def add(rule: str, reason: str, fact) -> None:
+        out.append(Violation(rule, f"{fw.name}: {reason}", fact.sources))
+
+    _expert_violations(fw, tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=zero, ep=ep, etp=etp, add=add)
     return out
 
 

@@ -96,7 +96,7 @@ class ExpertCapabilities(StrictModel):
     expert_tensor_parallel: CitedExpertTp
     expert_with_pp: CitedBool           # EP > 1 together with PP > 1
     expert_with_cp: CitedBool           # EP > 1 together with CP > 1
-    ep_tp_needs_sp: CitedBool           # EP > 1 with TP > 1 requires sequence parallelism
+    moe_tp_needs_sp: CitedBool          # a MoE model with TP > 1 requires sequence parallelism
     moe_zero_stages: CitedStages        # ZeRO stages allowed for a MoE model (any EP)
 
 

@@ -72,6 +72,9 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     SpecError for bad options (or training.tokens missing for run-level objectives).
     """
     options = parse_spec(SearchOptions, options or {}, "options")
+    if model.moe is not None and options.split_stages:
+        reason = "per-stage memory of explicit pipeline splits is not modelled for mixture-of-experts models yet"
+        raise SpecError(f"options.split_stages: {reason}", [Problem("options.split_stages", reason)])
     if options.gpus is not None and options.gpus > cluster.available_gpus:
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])

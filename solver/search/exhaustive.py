@@ -69,8 +69,6 @@ def evaluator(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, op
 
     from solver.search.objective import wall_factor_of
 
-    from solver.model_parts import refuse_unmodelled
-    refuse_unmodelled(model, "the layout search")  # the search does not place EP yet
     order = options.rank_orders[0]
     ctx = with_rank_order(make_context(model, cluster, training, cost_options), order)
     factor = wall_factor_of(model, cluster, training) if options.objective == "min_cost" else None

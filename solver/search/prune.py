@@ -8,8 +8,12 @@ all terms >= 0, layers_on_rank(L, pp, vpp) = ceil(L / (pp vpp)) vpp >= L / pp)
     lower = (L / pp) x (m + (pp - 1) / v_max) x min over recompute of layer_s + m x head_extra_s
 
 (layer_s = compute + TP + CP time of one layer, v_max the largest vpp of the group's rows;
-p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasing bound;
-each visited group's layouts are evaluated in full (the same memoized terms, the same
+for a MoE model L x layer_s becomes L x layer_s + N_moe x the MoE layer's extra time, the
+busiest rank holding at least N_moe / pp of the N_moe MoE layers;
+p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasing bound
+(for a MoE model first with the MoE layer's link-free floor, then, when a group comes up,
+with its exact all-to-all: it is visited only if that bound is still below the cut); each
+visited group's layouts are evaluated in full (the same memoized terms, the same
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
 all later ones, unless its bound is within the tie limit (solver.search.ties) of the best
@@ -73,15 +77,19 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         lower_s = _lower_s(lm, t, g, rows, accum)
         if deadline is not None and run_steps_of(g) * lower_s > deadline * (1 + MARGIN):
             continue  # no layout of the group ends by the deadline
-        bounds.append((objective(g, lower_s), g))
-    bounds.sort()
+        bounds.append((objective(g, lower_s), g, not t.moe_mask))  # dense: the bound is final
+    heapq.heapify(bounds)
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
     row_best: dict[tuple, float] = {}  # per pipeline key, its best fitting objective
     tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
-    for lb, g in bounds:
+    while bounds:
+        lb, g, final = heapq.heappop(bounds)
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
+        if not final:  # MoE: the bound with the group's exact all-to-all, when it is reached
+            heapq.heappush(bounds, (max(lb, objective(g, _lower_s(lm, t, g, by_group[g], accum, True))), g, True))
+            continue
         kept.add(g)
         for key, value in _group_values(lm, t, g, by_group[g], accum):
             obj = objective(g, value)
@@ -116,15 +124,52 @@ def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], boun
     return [k for k in keys if pipe_group(k) in kept]
 
 
-def _lower_s(lm, t, g: tuple, rows: list[tuple], accum) -> float:
+def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool = False) -> float:
+    """The group's step-time lower bound (module docstring); for a MoE model the MoE layer's
+    extra is its link-free floor, or with exact_moe its exact value (queries the EP links)."""
     tp, pp, cp, dp, sp, mb, ep, etp = g
     m, spb = accum(dp, mb), bool(sp)
     v_max = max(r[4] for r in rows)
-    layer_s = min(sum(t.layer(tp, cp, spb, RECOMPUTE_NAMES[rc], mb, ep, etp)) for rc in {r[7] for r in rows})
-    head = t.head(tp, cp, spb, mb, pp)
-    if lm.options.split_stages:  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
-        return (lm.spec.layers * layer_s + head) / pp * (m + (pp - 1) / v_max)
-    return (lm.spec.layers / pp) * (m + (pp - 1) / v_max) * layer_s + m * head
+    n_moe = sum(t.moe_mask)
+
+    def work_s(rc: str) -> float:
+        layer = t.layer(tp, cp, spb, rc, mb)
+        # The MoE extra is at least its compute less the dense FFN's TP collectives a MoE layer
+        # may drop (moe_comm.moe_layer_comm: all-to-all and expert-TP time >= 0, the TP change
+        # >= -0.5 x layer_tp_comm_s), so no link is queried here.
+        if exact_moe:
+            moe_s = sum(t.moe(tp, cp, spb, rc, mb, ep, etp, dp, pp))
+        else:
+            moe_s = t.moe_compute(tp, cp, rc, mb, ep, etp)[0] - 0.5 * layer[1] if n_moe else 0.0
+        return _rank_lower_s(lm.spec.layers, n_moe, pp, sum(layer), moe_s)
+
+    rcs = frozenset(r[7] for r in rows)
+    key = None if exact_moe else (tp, pp, cp, sp, mb, ep, etp, rcs)  # the floor does not read dp
+    memo = t.__dict__.setdefault("_work_floor", {})
+    if key in memo:
+        work = memo[key]
+    else:
+        work = min(work_s(RECOMPUTE_NAMES[rc]) for rc in rcs)
+        if key is not None:
+            memo[key] = work
+    head = t.head(tp, cp, spb, mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
+    if lm.options.split_stages:  # explicit splits (dense models): step >= (sum_r t_r / pp)(m + (pp-1)/v)
+        return (work * pp + head) / pp * (m + (pp - 1) / v_max)
+    return work * (m + (pp - 1) / v_max) + m * head
+
+
+def _rank_lower_s(layers: int, n_moe: int, pp: int, layer_s: float, moe_s: float) -> float:
+    """A lower bound on the busiest rank's layer time per micro-batch, n x layer_s + k x moe_s
+    (step.compose_step_time: n = layers_on_rank >= L / pp, k = busiest_moe_layers, between
+    N_moe / pp and min(n, N_moe)). moe_s (the MoE layer's extra) may be negative: a MoE block
+    can cost less than the dense FFN it replaces; then the least of the piecewise-linear
+    n x layer_s + min(n, N) x moe_s over n >= L / pp is taken (at L / pp or at N)."""
+    n0 = layers / pp
+    if moe_s >= 0:
+        return n0 * layer_s + (n_moe / pp) * moe_s
+    if n0 >= n_moe:
+        return n0 * layer_s + n_moe * moe_s
+    return (n_moe if layer_s + moe_s < 0 else n0) * (layer_s + moe_s)
 
 
 def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[tuple[tuple, float]]:

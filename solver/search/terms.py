@@ -16,7 +16,9 @@ total of activation_bytes(key) and the shard's model_state, logits, comm_buffers
 framework overhead (summed in the same order) is within step.usable_memory_bytes, the
 evaluator's own test. solver.search.model turns the two tables into the CP-SAT model.
 The expert degrees (ep, etp) reach the cost functions only for a MoE model (expert_kw): a
-dense model's calls are exactly the dense ones.
+dense model's calls are exactly the dense ones. A MoE row adds step.time_terms' MoE layer
+extra (solver.cost.moe_comm.moe_layer_extra_s, over the EP group's links at this dp, pp and
+rank order) and step_memory.moe_activation_extra_bytes, the evaluator's own functions.
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost import terms as T
 from solver.cost.estimate import make_context
-from solver.model_parts import refuse_unmodelled
+from solver.cost.moe_comm import moe_layer_comm_s, moe_layer_compute
+from solver.cost.moe_layer import moe_layer_mask
+from solver.cost.mtp import mtp_s
+from solver.cost.step_memory import moe_activation_extra_of, mtp_activation_bytes
 from solver.cost.step import (
     MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
     dominant_stages, memory_aware_split, stage_layer_limits, stage_memory_terms, stage_profile, stage_state,
@@ -69,8 +74,7 @@ class _Terms:
         self.state = lru_cache(maxsize=None)(self._state)
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
         self.stage_state = lru_cache(maxsize=None)(
-            lambda params, tp, pp, dp, cp, zero, ep=1, etp=DENSE_ETP: stage_state(
-                ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, **expert_kw(ep, etp)))
+            lambda params, tp, pp, dp, cp, zero: stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero))
         self.row = lru_cache(maxsize=None)(self._row)
         self.rest = lru_cache(maxsize=None)(
             lambda tp, pp, cp, dp, sp, zero, mb, ep, etp: self.memory_rest(tp, pp, cp, dp, bool(sp), zero, mb,
@@ -83,12 +87,19 @@ class _Terms:
             lambda tp, cp, sp, rc, mb: M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=rc,
                                                                 micro_batch=mb))
         self.uniform_profile = lru_cache(maxsize=None)(
-            lambda tp, cp, sp, rc, mb, pp, m, n, ep=1, etp=DENSE_ETP: stage_profile(
+            lambda tp, cp, sp, rc, mb, pp, m, n: stage_profile(
                 ctx, tp=tp, cp=cp, sp=bool(sp), recompute=rc, micro_batch=mb, pp=pp, vpp=1, grad_accum=m,
-                split=(n,) * pp, **expert_kw(ep, etp)))
+                split=(n,) * pp))
+        self.moe_mask = moe_layer_mask(ctx.model)
+        # moe_comm.moe_layer_extra_s in its two parts: the compute does not read dp, pp or links
+        self.moe_compute = lru_cache(maxsize=None)(
+            lambda tp, cp, rc, mb, ep, etp: moe_layer_compute(ctx, tp=tp, cp=cp, recompute=rc, micro_batch=mb,
+                                                              ep=ep, etp=etp))
+        self.moe = lru_cache(maxsize=None)(self._moe)
+        self.head_mtp = lru_cache(maxsize=None)(self._head_mtp)
 
-    def _layer(self, tp, cp, sp, rc, mb, ep=1, etp=DENSE_ETP) -> tuple[float, float, float]:
-        kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb, **expert_kw(ep, etp)}
+    def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
+        kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb}
         return (T.layer_compute_s(self.ctx, sp=sp, **kw), T.layer_tp_comm_s(self.ctx, sp=sp, **kw),
                 T.layer_cp_comm_s(self.ctx, **kw))
 
@@ -98,15 +109,44 @@ class _Terms:
     def _p2p(self, tp, cp, dp, pp, vpp, mb) -> float:
         return T.p2p_per_microbatch_s(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, vpp=vpp, micro_batch=mb)
 
+    def _moe(self, tp, cp, sp, rc, mb, ep, etp, dp, pp) -> tuple[float, float, float]:
+        """moe_comm.moe_layer_extra_s: (compute, EP/ETP communication, TP change) beyond a
+        dense layer."""
+        compute, block_s = self.moe_compute(tp, cp, rc, mb, ep, etp)
+        return (compute, *moe_layer_comm_s(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, ep=ep,
+                                           etp=etp, dp=dp, pp=pp, block_s=block_s))
+
+    def _head_mtp(self, tp, cp, sp, rc, mb, ep, etp, dp, pp) -> float:
+        """step.time_terms' head term: head_extra_s plus the multi-token-prediction modules
+        (solver.cost.mtp.mtp_s; a model without them: head_extra_s alone)."""
+        head = self.head(tp, cp, sp, mb, pp)
+        if not self.ctx.model.mtp_layers:
+            return head
+        e_tp = tp if etp == DENSE_ETP else etp
+        return head + mtp_s(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, ep=ep, etp=e_tp,
+                            dp=dp, pp=pp)
+
     def _act(self, tp, cp, sp, rc, mb, pp, vpp, m, ep=1, etp=DENSE_ETP) -> float:
-        return M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                  pp=pp, vpp=vpp, grad_accum=m, **expert_kw(ep, etp))
+        act = M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
+                                 pp=pp, vpp=vpp, grad_accum=m)
+        if etp != DENSE_ETP:  # as step_memory.memory_terms adds them
+            act += moe_activation_extra_of(self.ctx, tp=tp, cp=cp, micro_batch=mb, ep=ep, etp=etp, pp=pp, vpp=vpp,
+                                           recompute=rc, grad_accum=m, mask=self.moe_mask)
+        if self.ctx.model.mtp_layers:
+            lo = LayoutSpec.model_construct(tp=tp, cp=cp, sequence_parallel=sp, recompute=rc, micro_batch=mb, ep=ep,
+                                            etp=None if etp == DENSE_ETP else etp)
+            act += mtp_activation_bytes(self.ctx, lo)
+        return act
 
     def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep=1, etp=DENSE_ETP) -> TimeTerms:
         """The pipeline time terms of a row (DP and optimizer terms 0)."""
-        compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb, ep, etp)
+        compute, tp_comm, cp_comm = self.layer(tp, cp, sp, rc, mb)
+        moe: dict = {}
+        if etp != DENSE_ETP:  # step.time_terms' MoE fields
+            moe_c, moe_x, moe_tp = self.moe(tp, cp, sp, rc, mb, ep, etp, dp, pp)
+            moe = {"moe_compute_s": moe_c, "moe_comm_s": moe_x, "moe_tp_comm_s": moe_tp, "moe_mask": self.moe_mask}
         return TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
-                         self.head(tp, cp, sp, mb, pp), 0.0, 0.0, self.emb(tp, cp, mb))
+                         self.head_mtp(tp, cp, sp, rc, mb, ep, etp, dp, pp), 0.0, 0.0, self.emb(tp, cp, mb), **moe)
 
     def split(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m) -> tuple[int, ...] | None:
         """The row's pipeline split (None: the busiest-rank model)."""
@@ -131,7 +171,7 @@ class _Terms:
         if split is None:
             return self.per_layer_act(tp, cp, sp, rc, mb, pp, vpp, m, ep, etp), None
         prof = dominant_stages(stage_profile(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                             pp=pp, vpp=vpp, grad_accum=m, split=split, **expert_kw(ep, etp)))
+                                             pp=pp, vpp=vpp, grad_accum=m, split=split))
         return max(a for _, a, _ in prof), prof
 
     def _row(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m) -> tuple:
@@ -171,8 +211,8 @@ class _Terms:
             self.time_terms(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp), layers=self.ctx.model.layers, pp=pp,
             vpp=vpp, grad_accum=m, uneven=self.split_uneven, fits=lambda s: False, fastest=split0,
             limits=lambda: stage_layer_limits(
-                self.ctx, layout, m, self.usable, state=lambda p: self.stage_state(p, tp, pp, dp, cp, zero, ep, etp),
-                profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n, ep, etp)))
+                self.ctx, layout, m, self.usable, state=lambda p: self.stage_state(p, tp, pp, dp, cp, zero),
+                profile=lambda n: self.uniform_profile(tp, cp, sp, rc, mb, pp, m, n)))
         if split == split0:
             return split0, pipe0, total0
         pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m, split) if self.with_time else 0.0
@@ -211,11 +251,11 @@ class _Terms:
         a split the busiest stage's (step.stage_memory_terms, as step.split_memory_terms)."""
         if prof is None:
             return self.memory_total(rest, act)
-        tp, pp, cp, dp, _sp, zero, _mb, ep, etp = shard
+        tp, pp, cp, dp, _sp, zero, _mb, _ep, _etp = shard  # explicit splits: dense models only
         kw = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "zero": zero}
         return max(compose_memory(stage_memory_terms(
             self.ctx, st, **kw, logits=rest[3], comm_buffers=rest[4],
-            state=self.stage_state(st[0], tp, pp, dp, cp, zero, ep, etp)))["total"] for st in prof)
+            state=self.stage_state(st[0], tp, pp, dp, cp, zero)))["total"] for st in prof)
 
     def _state(self, tp, pp, dp, cp, zero, ep=1, etp=DENSE_ETP):
         return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, **expert_kw(ep, etp))
@@ -260,8 +300,6 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
             raise SolverTimeoutError("cost tables not built by the deadline")
         return True
 
-    # The cost model covers MoE layers (solver.cost.moe_comm); the search does not place EP yet.
-    refuse_unmodelled(lm.spec, "the layout search")
     ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
                           lm.options.rank_orders[0])
     t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None, with_time)

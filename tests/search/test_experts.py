@@ -102,7 +102,7 @@ def test_max_ep_caps_the_expert_degree():
 
 # (framework, rule): one per expert rule each framework imposes beyond the structural space.
 CASES = [
-    ("megatron-core", "ep_tp_needs_sp"),          # model_parallel_config.py: EP with TP needs SP
+    ("megatron-core", "moe_tp_needs_sp"),         # moe_layer.py: MoE with TP needs SP in training
     ("torchtitan", "expert_tensor_parallel"),     # experts not TP-sharded with EP, TP-sharded without
     ("torchtitan", "expert_ranks"),               # EP inside dp_shard x cp x tp: not over DDP replicas
     ("deepspeed", "expert_tensor_parallel"),      # expert TP is the model-parallel group

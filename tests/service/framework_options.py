@@ -110,6 +110,29 @@ def megatron_violations(args: list[str]) -> list[str]:
         out.append("seq-length must be a multiple of 2 x context-parallel-size")
     if a["num_attention_heads"] % a["tensor_model_parallel_size"]:
         out.append("heads not divisible by TP")
+    return out + _moe_violations(a)
+
+
+def _moe_violations(a: dict[str, Any]) -> list[str]:
+    """Megatron-LM's MoE checks at the fixture's commit, re-implemented: arguments.py
+    validate_args (num_experts % EP, EP needs experts), moe_freq_type / _eval_pattern (a
+    pattern's length is num_layers), moe_layer.py (TP > 1 without SP raises in training),
+    transformer_config.py (the A2A overlap needs EP > 1 and the alltoall/flex dispatcher)."""
+    out: list[str] = []
+    experts, ep = a["num_experts"], a["expert_model_parallel_size"]
+    if ep > 1 and (experts is None or experts % ep):
+        out.append("num_experts must be a multiple of expert_model_parallel_size")
+    if experts is None:
+        return out
+    freq = a["moe_layer_freq"]
+    if isinstance(freq, str) and "[" in freq:
+        pattern = eval(freq, {"__builtins__": {}})  # Megatron's own _eval_pattern evaluates it too
+        if len(pattern) != a["num_layers"] or set(pattern) - {0, 1}:
+            out.append("moe_layer_freq pattern must give 0/1 for every layer")
+    if a["tensor_model_parallel_size"] > 1 and not a["sequence_parallel"]:
+        out.append("MoE with tensor parallelism needs sequence parallelism")
+    if a["overlap_moe_expert_parallel_comm"] and (ep == 1 or a["moe_token_dispatcher_type"] not in ("alltoall", "flex")):
+        out.append("A2A overlap needs EP > 1 and the alltoall/flex dispatcher")
     return out
 
 

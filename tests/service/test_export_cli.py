@@ -63,7 +63,9 @@ def test_searched_layouts_export_for_their_framework():
 
 
 def test_moe_models_are_refused_not_exported_as_dense(capsys):
-    """A mixture-of-experts model (Mixtral 8x7B, HF fixture) gets no dense export (exit 2)."""
+    """A mixture-of-experts model (Mixtral 8x7B, HF fixture) gets no dense export (exit 2): the
+    Megatron-LM export writes its experts (tests/service/test_export_moe.py) and so refuses a
+    layout it cannot run, here TP without sequence parallelism, naming the field."""
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -71,4 +73,4 @@ def test_moe_models_are_refused_not_exported_as_dense(capsys):
     assert mixtral is not None
     code = main(["export", "--model", str(mixtral), "--cluster", "seed-512", "--training", "seed-300b",
                  "--layout", '{"tp": 8, "dp": 64}', "--framework", "megatron-core"])
-    assert code == 2 and "model.moe" in capsys.readouterr().err
+    assert code == 2 and "layout.sequence_parallel" in capsys.readouterr().err

@@ -18,6 +18,8 @@ DATASHEET = {
     # NVIDIA H100 / H200 SXM datasheets: BF16 1,979 and FP8 3,958 TFLOPS with sparsity.
     "h100-sxm-80gb": (80, 989, 3350, 1979),
     "h200-sxm-141gb": (141, 989, 4800, 1979),
+    # NVIDIA H800 SXM: the H100 SXM's compute and HBM, NVLink 400 GB/s bidirectional.
+    "h800-sxm-80gb": (80, 989, 3350, 1979),
     # HGX B200 (1,000 W): BF16 2,250 and FP8 4,500 TFLOPS dense; DGX B200: 1,440 GB / 8 GPUs.
     "b200": (180, 2250, 8000, 4500),
 }
@@ -41,6 +43,8 @@ def test_gb200_is_not_b200():
     # HGX B200: NVLink 5, 900 GB/s per direction; 720 GB/s busbw assumed (80%).
     ("hgx-b200-cluster", "b200", 720),
     ("gb200-nvl72-superpod", "gb200", 720),
+    # DeepSeek-V3's 2,048 H800: NVLink 160 GB/s achieved (DeepSeek-V3 report sec. 3.2.2).
+    ("h800-2048", "h800-sxm-80gb", 160),
 ])
 def test_cluster_presets_load(name, gpu, nvlink_busbw):
     c = load_cluster(name)

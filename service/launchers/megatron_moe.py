@@ -1,0 +1,109 @@
+"""Megatron-LM arguments of a mixture-of-experts model and its expert layout, and of
+multi-head latent attention (MLA).
+
+Option names, types and choices are Megatron-LM's own at NVIDIA/Megatron-LM d98e8a64
+(tests/fixtures/frameworks/megatron.json, extracted by benchmarks/extract_framework_options.py):
+- --num-experts, --moe-layer-freq: megatron/training/arguments.py (_add_moe_args; moe_freq_type
+  takes an int or a Python list expression of 1 (MoE) / 0 (dense) per layer, its length the
+  layer count);
+- --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size (the TOTAL
+  width of all shared experts: "num_shared_experts * ffn_size_of_each_shared_expert"),
+  --moe-shared-expert-gate, --moe-router-score-function, --moe-router-enable-expert-bias,
+  --moe-grouped-gemm, --moe-token-dispatcher-type (default 'allgather'),
+  --moe-expert-capacity-factor: megatron/core/transformer/transformer_config.py;
+- --expert-model-parallel-size, --expert-tensor-parallel-size,
+  --overlap-moe-expert-parallel-comm: megatron/core/model_parallel_config.py;
+- --multi-latent-attention (transformer_config.py), --q-lora-rank (None: a full-rank query
+  projection), --kv-lora-rank, --qk-head-dim (the non-rope part: "q_head_dim = qk_head_dim +
+  qk_pos_emb_head_dim"), --qk-pos-emb-head-dim, --v-head-dim (arguments.py, MLATransformerConfig);
+- --mtp-num-layers (transformer_config.py: the number of multi-token-prediction layers).
+The export asks for what the cost model charges (solver.cost.moe_layer): the alltoall token
+dispatcher and grouped expert GEMMs.
+Rules (same commit): --overlap-moe-expert-parallel-comm needs EP > 1 and, with PP > 1, virtual
+pipeline stages (transformer_config.py L3005-3020); the expert capabilities (MoE with TP needs
+SP, ETP, expert ranks) are the megatron-core profile's, checked by common.expert_capability_rules.
+"""
+from __future__ import annotations
+
+from itertools import groupby
+
+from solver.model_parts import MoESpec
+from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
+
+
+def layer_freq(moe: MoESpec, layers: int) -> str | None:
+    """--moe-layer-freq as Megatron's list expression, run-length coded (e.g. '([0]*3+[1]*58)'
+    for DeepSeek-V3's three dense layers); None when every layer is MoE (the default, 1)."""
+    mask = [int(moe.is_moe_layer(i)) for i in range(layers)]
+    if all(mask):
+        return None
+    runs = [f"[{v}]*{len(list(g))}" for v, g in groupby(mask)]
+    return "(" + "+".join(runs) + ")"
+
+
+def moe_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
+    """Megatron-LM's MoE checks that the layout breaks (empty for a dense model)."""
+    if m.moe is None:
+        return []
+    out = []  # MoE with TP needs SP: the profile's moe_tp_needs_sp (common.expert_capability_rules)
+    if t.moe_a2a_overlap and layout.ep == 1:
+        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm needs ep > 1 "
+                    "(transformer_config.py)"))
+    if t.moe_a2a_overlap and layout.pp > 1 and layout.vpp == 1:
+        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm with pp > 1 needs "
+                    "virtual pipeline stages (vpp > 1) (transformer_config.py)"))
+    return out
+
+
+def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
+    """The expert model and layout arguments ([] for a dense model)."""
+    e = m.moe
+    if e is None:
+        return []
+    args = ["--num-experts", str(e.experts), "--moe-router-topk", str(e.experts_per_token),
+            "--moe-ffn-hidden-size", str(e.expert_ffn_hidden),
+            "--expert-model-parallel-size", str(layout.ep),
+            "--expert-tensor-parallel-size", str(layout.expert_tp),
+            "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+            "--moe-router-score-function", e.router]
+    if e.router_bias:
+        args.append("--moe-router-enable-expert-bias")
+    if e.shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(e.shared_experts * e.shared_width)]
+        if e.shared_expert_gate:
+            args.append("--moe-shared-expert-gate")
+    freq = layer_freq(e, m.layers)
+    if freq is not None:
+        args += ["--moe-layer-freq", freq]
+    if t.moe_capacity_factor is not None:
+        args += ["--moe-expert-capacity-factor", repr(t.moe_capacity_factor)]
+    if t.moe_a2a_overlap:
+        args.append("--overlap-moe-expert-parallel-comm")
+    return args
+
+
+def mla_args(m: ModelSpec) -> list[str]:
+    """Multi-head latent attention arguments ([] for standard attention)."""
+    a = m.mla
+    if a is None:
+        return []
+    args = ["--multi-latent-attention", "--kv-lora-rank", str(a.kv_lora_rank),
+            "--qk-head-dim", str(a.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(a.qk_rope_head_dim),
+            "--v-head-dim", str(a.v_head_dim)]
+    if a.q_lora_rank is not None:
+        args += ["--q-lora-rank", str(a.q_lora_rank)]
+    return args
+
+
+def mtp_args(m: ModelSpec) -> list[str]:
+    """Multi-token-prediction layers ([] without them)."""
+    return ["--mtp-num-layers", str(m.mtp_layers)] if m.mtp_layers else []
+
+
+def moe_notes(m: ModelSpec) -> list[str]:
+    """What the MoE arguments leave to the user."""
+    if m.moe is None:
+        return []
+    return ["MoE routing details the model spec does not record are Megatron's defaults: top-k "
+            "then softmax (--moe-router-pre-softmax off), no auxiliary loss coefficient "
+            "(--moe-aux-loss-coeff 0); set them to the model's recipe"]
