@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from solver.cost import moe_layer as ML
-from solver.cost.communication import achieved_link, allgather_s, bucketed_s, reduce_scatter_s, allreduce_s
+from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
-from solver.cost.terms import CostContext, DpTraffic, dp_bucket_elements, layer_tp_comm_s
+from solver.cost.terms import CostContext, DpTraffic, bucketed_traffic, layer_tp_comm_s
 from solver.specs import Recompute
 from topology.collectives import alltoall_time_s
 from topology.groups import GroupLink, group_links
@@ -204,15 +204,7 @@ def expert_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, ep: 
     lk = expert_links(ctx, etp=etp, ep=ep, edp=edp, pp=pp)["edp"]
     if lk.size <= 1:
         return None
-    rec = ctx.training.precision
-    local = routed_expert_params(ctx) / (ep * etp * pp)
-    bucket = dp_bucket_elements(ctx.options, edp)
-    grads, gb = local * rec.grad_bytes, bucket * rec.grad_bytes
-    weights, wb = local * rec.weight_bytes, bucket * rec.weight_bytes
-    ar, ar_last = bucketed_s(grads, gb, lk, allreduce_s)
-    rs, rs_last = bucketed_s(grads, gb, lk, reduce_scatter_s)
-    ag, ag_last = bucketed_s(weights, wb, lk, allgather_s)
-    return DpTraffic(ar, rs, ag, ar_last, rs_last, ag_last)
+    return bucketed_traffic(ctx, routed_expert_params(ctx) / (ep * etp * pp), edp, lk)
 
 
 def expert_dp_ranks(*, tp: int, cp: int, dp: int, ep: int, etp: int) -> int:

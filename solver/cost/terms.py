@@ -261,9 +261,14 @@ def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTra
     lk = _dp_link(ctx, tp, cp, dp, pp)
     if lk.size <= 1:
         return None
+    return bucketed_traffic(ctx, _dense_params(ctx) / (tp * pp), dp, lk)
+
+
+def bucketed_traffic(ctx: CostContext, local: float, replicas: int, lk: GroupLink) -> DpTraffic:
+    """Bucketed ring collectives over `lk` for `local` parameters per rank: gradient all-reduce
+    or reduce-scatter and weight all-gather, bucket size set for `replicas` ranks."""
     rec = ctx.training.precision
-    local = _dense_params(ctx) / (tp * pp)
-    bucket = dp_bucket_elements(ctx.options, dp)
+    bucket = dp_bucket_elements(ctx.options, replicas)
     grads, gb = local * rec.grad_bytes, bucket * rec.grad_bytes
     weights, wb = local * rec.weight_bytes, bucket * rec.weight_bytes
     ar, ar_last = bucketed_s(grads, gb, lk, allreduce_s)

@@ -23,8 +23,8 @@ def _family(name: str) -> list[dict]:
     return [r for r in ROWS if family(r) == name]
 
 
-def _synthetic(rows: list[dict], **truth: float) -> list[dict]:
-    """The rows with measured step times predicted under other constants (a known truth)."""
+def synthetic_runs(rows: list[dict], **truth: float) -> list[dict]:
+    """The rows, their measured step times replaced by predictions under other constants (a known truth)."""
     options = dataclasses.replace(DEFAULT_OPTIONS, **truth)
     out = []
     for r in rows:
@@ -39,7 +39,7 @@ def test_fit_recovers_known_constants():
     0.74 / 0.35): the fit finds GEMM and moves attention most of the way (the prior pulls the
     weaker-identified constant back toward 0.35)."""
     rows = _family("llmfoundry h100-sxm-80gb")
-    runs = _synthetic([rows[0], rows[20], rows[40], rows[51]], gemm_peak_fraction=0.60,
+    runs = synthetic_runs([rows[0], rows[20], rows[40], rows[51]], gemm_peak_fraction=0.60,
                       attention_peak_fraction=0.25)
     fit = fit_constants(runs)
     assert fit.constants["gemm_peak_fraction"] == pytest.approx(0.60, rel=0.05)
@@ -49,7 +49,7 @@ def test_fit_recovers_known_constants():
 
 
 def test_one_run_stays_near_the_prior_and_says_what_it_cannot_pin():
-    run = _synthetic([_family("dgxc h100-sxm-80gb")[0]], gemm_peak_fraction=0.3)
+    run = synthetic_runs([_family("dgxc h100-sxm-80gb")[0]], gemm_peak_fraction=0.3)
     fit = fit_constants(run)
     for name, value in fit.constants.items():  # the prior keeps every constant within its bounds
         assert 0.05 <= value <= 1.0, name

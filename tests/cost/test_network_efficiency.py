@@ -4,7 +4,6 @@ sensitivity saying when runs cannot pin it, set by `calibrate --measure` from co
 and the per-framework DP-overlap trait fitted on runs of several frameworks."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 
@@ -23,22 +22,12 @@ from solver.cost.validation import validate_case
 from solver.cost.version import MODEL_VERSION
 from solver.errors import SpecError
 from solver.specs import LayoutSpec
+from tests.cost.test_calibrate import synthetic_runs
 
 ROWS = [json.loads(t) for t in HELDOUT.read_text(encoding="utf-8").splitlines() if t.strip()]
 FOUNDRY = [r for r in ROWS if family(r) == "llmfoundry h100-sxm-80gb"]
 DGXC = [r for r in ROWS if family(r) == "dgxc h100-sxm-80gb"]
 SEED = ["--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b"]
-
-
-def _synthetic(rows: list[dict], **truth: float) -> list[dict]:
-    """The rows with measured steps predicted under other constants (a known truth)."""
-    options = dataclasses.replace(DEFAULT_OPTIONS, **truth)
-    out = []
-    for r in rows:
-        r = copy.deepcopy(r)
-        r["measured"] = {"step_time_s": validate_case(r, "x", options).predicted_step_time_s}
-        out.append(r)
-    return out
 
 
 def test_links_carry_each_tiers_efficiency(seed_model, seed_cluster, seed_training):
@@ -94,7 +83,7 @@ def test_calibrate_recovers_the_inter_node_efficiency_of_multi_node_runs():
     """llm-foundry FSDP rows over 2-8 nodes (exposed ZeRO-3 traffic), measured steps made by the
     model at inter-node efficiency 0.7: the fit finds 0.70 and pins it down (its prior, 1.0 within
     1.2x at one s.d., leaves the runs within 2%)."""
-    runs = _synthetic([r for r in FOUNDRY if r["cluster"]["nodes"] > 1][::3], inter_node_network_efficiency=0.7)
+    runs = synthetic_runs([r for r in FOUNDRY if r["cluster"]["nodes"] > 1][::3], inter_node_network_efficiency=0.7)
     fit = fit_constants(runs)
     assert fit.constants["inter_node_network_efficiency"] == pytest.approx(0.70, abs=0.02)
     assert "inter_node_network_efficiency" in fit.pinned
@@ -105,7 +94,7 @@ def test_calibrate_recovers_the_inter_node_efficiency_of_multi_node_runs():
 def test_single_node_runs_cannot_pin_the_inter_node_efficiency():
     """One-node runs send nothing across nodes: the step does not depend on the inter-node
     efficiency (sensitivity 0), which stays at the shipped 1.0 and is reported as not pinned, why."""
-    runs = _synthetic([r for r in FOUNDRY if r["cluster"]["nodes"] == 1][::10], inter_node_network_efficiency=0.7)
+    runs = synthetic_runs([r for r in FOUNDRY if r["cluster"]["nodes"] == 1][::10], inter_node_network_efficiency=0.7)
     fit = fit_constants(runs)
     assert fit.constants["inter_node_network_efficiency"] == pytest.approx(1.0)
     assert fit.sensitivity["inter_node_network_efficiency"] < 0.05
@@ -117,7 +106,7 @@ def test_dp_overlap_is_fitted_per_framework_on_runs_of_two_frameworks():
     the shipped 1.0: each framework gets its own dp_overlap_fraction, the rest is shared; the
     DGXC rows' one-micro-batch windows hardly depend on it, so it stays near 1.0 for them."""
     multi = [r for r in FOUNDRY if r["cluster"]["nodes"] > 1][::3]
-    runs = _synthetic(multi, dp_overlap_fraction=0.5) + _synthetic(DGXC[:3])
+    runs = synthetic_runs(multi, dp_overlap_fraction=0.5) + synthetic_runs(DGXC[:3])
     fit = fit_constants(runs)
     assert set(fit.framework_constants) == {"torchtitan", "megatron-core"}
     assert fit.framework_constants["torchtitan"]["dp_overlap_fraction"] < 0.65
