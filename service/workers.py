@@ -126,7 +126,10 @@ class WorkerPool:
             except ProcessLookupError:  # died meanwhile
                 pass
         worker.process.join(timeout=5)
-        worker.conn.close()
+        try:
+            worker.conn.close()
+        except OSError:  # closed meanwhile by a retiring thread racing the shutdown (EBADF)
+            pass
 
     def _retire(self, worker: _Worker) -> None:
         """Kill `worker` (SIGKILL: a solve does not stop for less) and put a fresh one in.

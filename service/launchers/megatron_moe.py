@@ -52,6 +52,9 @@ def moe_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[tuple[s
     if t.moe_a2a_overlap and layout.pp > 1 and layout.vpp == 1:
         out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm with pp > 1 needs "
                     "virtual pipeline stages (vpp > 1) (transformer_config.py)"))
+    if t.moe_a2a_overlap and layout.recompute == "full":
+        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm refuses full "
+                    "recompute (transformer_config.py L3021-3023)"))
     return out
 
 

@@ -153,6 +153,10 @@ class LayoutModel:
             v["tp"], v["pp"], v["cp"], v["sequence_parallel"], v["ep"], v["etp"])
             if rules.framework_expert_ok(self.training, t, p, c, bool(s), e, x)]
         self._allowed("framework", ("tp", "pp", "cp", "sequence_parallel", "ep", "etp"), fw)
+        overlap = [(p, w, e, x, r) for p, w, e, x, r in itertools.product(
+            v["pp"], v["vpp"], v["ep"], v["etp"], v["recompute"])
+            if rules.moe_overlap_ok(self.training, p, w, e, x, RECOMPUTE_NAMES[r])]
+        self._allowed("framework", ("pp", "vpp", "ep", "etp", "recompute"), overlap)
         shard = [(t, c, d, z, e, x) for t, c, d, z, e, x in itertools.product(
             v["tp"], v["cp"], v["dp"], v["zero_stage"], v["ep"], v["etp"])
             if rules.framework_expert_shard_ok(self.training, t, c, d, z, e, x)]
@@ -208,7 +212,8 @@ class LayoutModel:
                             rules.framework_tensor_ok(self.training, tp, bool(sp)) and \
                             rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp):
                         for rc in self.values["recompute"]:
-                            yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
+                            if rules.moe_overlap_ok(self.training, pp, vpp, ep, etp, RECOMPUTE_NAMES[rc]):
+                                yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
 
     def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
         """The LayoutSpec of one solution's field values."""

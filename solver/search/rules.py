@@ -66,6 +66,16 @@ def framework_expert_ok(training: TrainingSpec, tp: int, pp: int, cp: int, sp: b
     return fwcap.expert_ok(load_framework(training.framework), tp=tp, pp=pp, cp=cp, sp=sp, ep=ep, etp=etp)
 
 
+def moe_overlap_ok(training: TrainingSpec, pp: int, vpp: int, ep: int, etp: int, recompute: str) -> bool:
+    """training.moe_a2a_overlap is Megatron's --overlap-moe-expert-parallel-comm, which Megatron
+    accepts only with EP > 1, with interleaving (vpp > 1) when PP > 1, and without full recompute
+    (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L3002-3023).
+    Always true for a dense model or without the overlap."""
+    if etp == DENSE_ETP or not training.moe_a2a_overlap:
+        return True
+    return ep > 1 and (pp == 1 or vpp > 1) and recompute != "full"
+
+
 def framework_expert_shard_ok(training: TrainingSpec, tp: int, cp: int, dp: int, zero: int, ep: int,
                               etp: int) -> bool:
     """The framework runs a MoE model at this ZeRO stage with EP x ETP on its expert ranks

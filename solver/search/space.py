@@ -163,6 +163,8 @@ def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: 
                             and rules.framework_expert_shard_ok(training, tp, cp, dp, zero, ep, etp)):
                         continue
                     for rec in d.recompute:
+                        if not rules.moe_overlap_ok(training, pp, vpp, ep, etp, rec):
+                            continue
                         yield LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=sp,
                                          zero_stage=zero, micro_batch=mb, recompute=rec, ep=ep,
                                          etp=None if etp == rules.DENSE_ETP else etp)

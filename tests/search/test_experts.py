@@ -175,3 +175,24 @@ def test_cpsat_equals_oracle_on_random_moe_problems(problem, objective, cap, k):
     got = cpsat(model, clu, train, options, cap)
     assert [r.objective_units for r in got] == pytest.approx(expected, rel=1e-12)
     assert all(not broken(train, model, r.layout) for r in got)
+
+
+def test_a2a_overlap_layouts_are_ones_megatron_accepts():
+    """training.moe_a2a_overlap (--overlap-moe-expert-parallel-comm) needs EP > 1, VPP > 1 when
+    PP > 1 and no full recompute (Megatron-LM d98e8a64 transformer_config.py L3002-3023): neither
+    the oracle's space nor CP-SAT's answer holds a layout that breaks it, and without the overlap
+    such layouts exist (the rule is not vacuous)."""
+    model, clu = moe_model(), cluster()
+    options = SearchOptions(top_k=5, **SMALL)
+    plain = training()
+    over = plain.model_copy(update={"moe_a2a_overlap": True})
+
+    def bad(lo):
+        return lo.ep == 1 or (lo.pp > 1 and lo.vpp == 1) or lo.recompute == "full"
+
+    assert any(bad(lo) for lo in enumerate_layouts(model, clu, plain, options))
+    assert not any(bad(lo) for lo in enumerate_layouts(model, clu, over, options))
+    got = cpsat(model, clu, over, options, 80e9)
+    assert got and not any(bad(r.layout) for r in got)
+    assert [r.objective_units for r in got] == pytest.approx(
+        [e.objective_units for e in oracle(model, clu, over, options, 80e9)][:5], rel=1e-12)
