@@ -196,3 +196,12 @@ def test_a2a_overlap_layouts_are_ones_megatron_accepts():
     assert got and not any(bad(r.layout) for r in got)
     assert [r.objective_units for r in got] == pytest.approx(
         [e.objective_units for e in oracle(model, clu, over, options, 80e9)][:5], rel=1e-12)
+
+
+def test_moe_pipelines_split_the_layers_evenly():
+    """A MoE layout's pp x vpp divides the layers: an uneven split needs explicit pipeline_layers
+    (Megatron arguments.py validate_args), which MoE models cannot carry yet."""
+    model = moe_model(6)
+    space = list(enumerate_layouts(model, cluster(), training(), SearchOptions(**SMALL)))
+    assert any(lo.pp > 1 for lo in space)
+    assert all(model.layers % (lo.pp * lo.vpp) == 0 for lo in space)
