@@ -12,7 +12,7 @@ the sources are parsed with `ast`, and where the framework builds options from d
 (Megatron-LM's ArgumentGroupFactory, megatron/training/argument_utils.py) its naming rules
 are re-applied: `--` + field name with '-' for '_'; a bool defaulting to False is
 `store_true`, any other bool default gives `--no-NAME` / `--disable-NAME` (`store_false`);
-Literal -> choices; Enum -> member names as choices; list[X] -> nargs '+'; a field's
+Literal -> choices; Enum -> member names as choices; list[X] / List[X] -> nargs '+'; a field's
 metadata["argparse_meta"] overrides the inferred values.
 """
 from __future__ import annotations
@@ -270,7 +270,8 @@ def _factory_option(repo: Repo, name: str, f: dict[str, Any]) -> tuple[list[str]
             "--no-" + name.replace("_", "-"), "--disable-" + name.replace("_", "-")]
     else:
         names = [flag]
-        if isinstance(ann, ast.Subscript) and ast.unparse(ann.value) == "list":
+        # list[X] and typing's List[X] alike (argument_utils._extract_type: origin list)
+        if isinstance(ann, ast.Subscript) and ast.unparse(ann.value) in ("list", "List", "typing.List"):
             settings["nargs"] = "+"
             kind = ast.unparse(ann.slice)
         if "choices" in f:

@@ -29,7 +29,7 @@ import math
 import shlex
 
 from service.launchers.common import ModelValues, model_values, refuse
-from service.launchers.megatron_moe import mla_args, moe_args, moe_notes, moe_rules, mtp_args
+from service.launchers.megatron_moe import mla_args, moe_args, moe_notes, moe_rules, mtp_args, recompute_module_args
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -188,7 +188,7 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
             args.append("--overlap-param-gather")
     args += ["--micro-batch-size", str(layout.micro_batch),
              "--global-batch-size", str(batch.sequences_per_step)]
-    args += _recompute_args(layout.recompute)
+    args += _recompute_args(layout.recompute) + recompute_module_args(m, t, layout)
     args += ["--attention-backend", "unfused" if t.attention_kernel == "unfused" else "flash"]
     args += _model_args(m, t, layout.tp, model_values(m))
     args += moe_args(m, t, layout) + mla_args(m) + mtp_args(m)  # experts, MLA, MTP (megatron_moe.py)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from solver.cost.recompute import module_list
+from solver.frameworks import load_framework
 from solver.model_parts import MoESpec
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -83,6 +85,16 @@ def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
     if t.moe_a2a_overlap:
         args.append("--overlap-moe-expert-parallel-comm")
     return args
+
+
+def recompute_module_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
+    """--recompute-modules for selective recompute of a MoE model: the set the cost model charges
+    (solver.cost.recompute.module_list, the megatron-core profile's memory.moe_selective_modules);
+    [] for a dense model (Megatron's default, core_attn) and for other recompute levels.
+    (moemem's addition to this file: transformer_config.py L534-575 d98e8a64, a List[str].)"""
+    if layout.recompute != "selective" or m.moe is None:
+        return []
+    return ["--recompute-modules", *module_list(m, t, load_framework("megatron-core"))]
 
 
 def mla_args(m: ModelSpec) -> list[str]:

@@ -161,6 +161,8 @@ class LayerTimes:
     attn_bwd_s: float
     elementwise_fwd_s: float
     elementwise_bwd_s: float
+    up_proj_fwd_s: float = 0.0  # MLA q/kv up-projection GEMMs + RoPE forward (mla_up_proj recompute)
+    norm_fwd_s: float = 0.0     # the two layer norms' forward (layernorm recompute)
 
     @property
     def forward_s(self) -> float:
@@ -170,9 +172,16 @@ class LayerTimes:
     def backward_s(self) -> float:
         return self.gemm_dgrad_s + self.gemm_wgrad_s + self.attn_bwd_s + self.elementwise_bwd_s
 
-    def recompute_s(self, recompute: Recompute) -> float:
-        """Extra forward work in backward: full = whole layer, selective = attention core."""
-        return {"none": 0.0, "selective": self.attn_fwd_s, "full": self.forward_s}[recompute]
+    def recompute_s(self, recompute: Recompute, modules: frozenset[str] = frozenset({"core_attn"})) -> float:
+        """Extra forward work in backward: full = whole layer; selective = the forward of the
+        recomputed modules in this layer (solver.cost.recompute.selective_modules: core_attn the
+        attention core, mla_up_proj the up projections and RoPE, layernorm the two norms;
+        moe_act is the MoE block's, charged in solver.cost.moe_comm)."""
+        if recompute != "selective":
+            return self.forward_s if recompute == "full" else 0.0
+        return ((self.attn_fwd_s if "core_attn" in modules else 0.0)
+                + (self.up_proj_fwd_s if "mla_up_proj" in modules else 0.0)
+                + (self.norm_fwd_s if "layernorm" in modules else 0.0))
 
 
 def dropout_on(model: ModelSpec, opts: CostOptions) -> bool:
@@ -229,10 +238,12 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
     sh = layer_shape(model, seq_len, tp, cp, micro_batch)
     gemms = layer_gemms(sh)
     columns = [0, 2]  # QKV and FFN-up: column-parallel (their grads hide TP traffic)
+    ups: list[int] = []
     if model.mla is not None:
         attn = mla_gemms(model, sh, tp)
         gemms = attn + gemms[2:]
         columns = [*range(len(attn) - 1), len(attn)]
+        ups = [1, len(attn) - 2]  # kv up, q up (or the full q projection): mla_gemms' order
     parts = [gemm_fwd_bwd_s(m, n, k, gpu, opts, fp8 is not None) for m, n, k in gemms]
     dropout = dropout_on(model, opts)
     attn_fwd, attn_bwd = attention_core_s(sh, kernel, gpu, opts, dropout)
@@ -244,7 +255,16 @@ def layer_times(model: ModelSpec, seq_len: int, kernel: AttentionKernel, gpu: Gp
         gemm_wgrad_s=sum(p[2] for p in parts), column_dgrad_s=sum(parts[i][1] for i in columns),
         column_wgrad_s=sum(parts[i][2] for i in columns),
         attn_fwd_s=attn_fwd, attn_bwd_s=attn_bwd,
-        elementwise_fwd_s=elem_fwd + cast_fwd, elementwise_bwd_s=2.0 * elem_fwd + cast_bwd)
+        elementwise_fwd_s=elem_fwd + cast_fwd, elementwise_bwd_s=2.0 * elem_fwd + cast_bwd,
+        up_proj_fwd_s=sum(parts[i][0] for i in ups) + mla_rope_bytes(model, sh) / hbm,
+        norm_fwd_s=8.0 * sh.hidden * (sh.tokens / tp if sp else sh.tokens) / hbm)
+
+
+def mla_rope_bytes(model: ModelSpec, sh: LayerShape) -> float:
+    """HBM bytes of MLA's rotary embedding forward (reads and writes the H + 1 rope parts of
+    width d_rope, BF16; elementwise_fwd_bytes' MLA term); 0 without MLA."""
+    a = model.mla
+    return 0.0 if a is None else 4.0 * (sh.heads * a.qk_rope_head_dim + a.qk_rope_head_dim) * sh.tokens
 
 
 def fp8_cast_s(sh: LayerShape, tp: int, sp: bool, w: Fp8Work, hbm_bytes_s: float) -> tuple[float, float]:

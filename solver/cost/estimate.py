@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from solver.cost.accounting import FLOP_CONVENTION, attention_convention, attention_flops_per_token, batch_plan
 from solver.cost.options import CostOptions, DEFAULT_OPTIONS
+from solver.cost.recompute import recompute_flops_per_token as selective_flops_per_token
 from solver.cost.moe_summary import moe_notes, moe_summary
 from solver.cost.state import recipe_summary
 from solver.cost.step import compose_memory, memory_terms, step_time, usable_memory_bytes
@@ -137,13 +138,14 @@ def model_flops_per_token(ctx: CostContext, causal: bool | None = None) -> float
 
 
 def recompute_flops_per_token(ctx: CostContext, recompute: str) -> float:
-    """Forward work repeated in backward, per token (same attention convention as MFU)."""
+    """Forward work repeated in backward, per token (same attention convention as MFU);
+    selective: the recomputed modules' GEMM FLOPs (solver.cost.recompute)."""
     attn_fwd = attention_flops_per_token(ctx.model, ctx.seq_len) / 3.0  # fwd = 1/3 of fwd+bwd
     if ctx.training.causal_attention_flops:
         attn_fwd *= 0.5
     if recompute == "full":
         return 2.0 * ctx.params.active_transformer_layers + attn_fwd
-    return attn_fwd if recompute == "selective" else 0.0
+    return selective_flops_per_token(ctx, attn_fwd) if recompute == "selective" else 0.0
 
 
 def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimate:

@@ -23,6 +23,7 @@ from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES, dropout_on, linear_weights_on_rank
 from solver.cost.options import AttentionKernel
 from solver.cost.fp8 import FP8_BYTES, saved_input_saving_bytes
+from solver.cost.recompute import dropped_dense_bytes, selective_modules
 from solver.cost.state import framework_state_bytes, gathered_weight_bytes
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.frameworks.profile import SelectivePolicy
@@ -100,7 +101,10 @@ def layer_activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, reco
     parts = layer_activation_parts(ctx.model, ctx.seq_len, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch,
                                    kernel=ctx.training.attention_kernel,
                                    dropout=dropout_on(ctx.model, ctx.options))
-    kept = parts.total - (parts.attention_core if recompute == "selective" else 0.0)
+    kept = parts.total
+    if recompute == "selective":  # the recomputed modules' outputs (solver.cost.recompute)
+        kept -= parts.attention_core if "core_attn" in selective_modules(ctx) else 0.0
+        kept -= dropped_dense_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     return kept - fp8_saved_input_saving(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 from solver.cost import moe_layer as ML
 from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
+from solver.cost.recompute import moe_act_recompute_s
 from solver.cost.terms import CostContext, DpTraffic, bucketed_traffic, layer_tp_comm_s
 from solver.specs import Recompute
 from topology.collectives import alltoall_time_s
@@ -136,7 +137,7 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
 
     Compute: the MoE block (moe_layer.moe_block_times) less the dense FFN it replaces
     (moe_layer.dense_ffn_times), forward + backward, plus its forward again under full
-    recompute (selective recompute repeats the attention core only). Communication: the
+    recompute (selective: the routed activation under moe_act, solver.cost.recompute). Communication: the
     all-to-alls (exposed in full, or beyond the layer's compute with training.moe_a2a_overlap),
     the expert-TP collectives and the TP change (moe_layer_comm). The parts are
     moe_layer_compute and moe_layer_comm_s (the search memoizes them apart: the compute does
@@ -158,6 +159,10 @@ def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recomput
     dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
     fwd = blk.forward_s - dense_f
     compute = fwd + blk.backward_s - dense_b + (fwd if recompute == "full" else 0.0)
+    if recompute == "selective":  # moe_act's activation again (moemem: solver.cost.recompute)
+        sh = ML.expert_shape(ctx.model, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch,
+                             ep=ep, etp=etp)
+        compute += moe_act_recompute_s(ctx, routed_rows=sh.busy_rows * sh.local_experts, width=sh.width)
     return compute, blk.forward_s + blk.backward_s
 
 

@@ -36,6 +36,7 @@ from solver.cost.compute import ACT_BYTES
 from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
+from solver.cost.recompute import dropped_moe_bytes
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
 from solver.specs import Recompute, ZeroStage
@@ -82,6 +83,9 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     if w is not None and w.saved_inputs_fp8:  # FP8 saved inputs (solver.cost.moe_fp8)
         rep = s_b / tp if tp > 1 else s_b  # MoE with TP runs sequence parallelism
         moe += moe_saved_input_delta_bytes(ExpertRows.of(sh, s_b, m.hidden, m.ffn_gated), m.ffn_hidden / tp, rep)
+    if recompute == "selective":  # moe_act / layernorm outputs discarded (solver.cost.recompute)
+        moe -= dropped_moe_bytes(ctx, routed_rows=rows, width=sh.width, norm_rows=s_b / tp if tp > 1 else s_b,
+                                 shard_tokens=sh.tokens, shared=bool(sh.shared_width))
     return moe - dense
 
 

@@ -75,6 +75,15 @@ class CitedSelectivePolicy(_Cited):
     value: SelectivePolicy
 
 
+# Megatron-Core's --recompute-modules names that trainplan's memory and time model (the
+# others: "mlp", "moe", "shared_experts" and the Mamba/GDN/mHC modules are not charged).
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "moe_act"]
+
+
+class CitedRecomputeModules(_Cited):
+    value: tuple[RecomputeModule, ...] = Field(min_length=1, strict=False)
+
+
 class CitedExpertRanks(_Cited):
     # The ranks of one pipeline stage EP x ETP folds onto: all TP x CP x DP ranks (Megatron),
     # TP x CP x the FSDP-sharded DP ranks (torchtitan: dp_replicate is outside), or DP alone
@@ -168,6 +177,9 @@ class MemorySemantics(StrictModel):
     # the same under tensor parallelism (vocab-parallel loss), where it differs; None: logit_bytes
     logit_bytes_tp: CitedLogitBytes | None = None
     selective_recompute: CitedSelectivePolicy  # what recompute "selective" keeps per layer
+    # the modules "selective" recomputes in a mixture-of-experts model (the export writes them;
+    # solver.cost.recompute drops the ones the model or recipe cannot take); None: as dense
+    moe_selective_modules: CitedRecomputeModules | None = None
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 
