@@ -177,6 +177,17 @@ def _argparse_meta(node: ast.AST) -> dict[str, Any]:
 def function_params(repo: Repo, path: str, name: str) -> dict[str, Any]:
     """Parameters of a top-level function: name -> default (or '<required>')."""
     fn = next(n for n in repo.tree(path).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return _params(fn)
+
+
+def method_params(repo: Repo, path: str, cls: str, name: str) -> dict[str, Any]:
+    """Parameters of a method of a top-level class, without self."""
+    body = _class_in(repo.tree(path), cls).body
+    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return {k: v for k, v in _params(fn).items() if k != "self"}
+
+
+def _params(fn: ast.FunctionDef) -> dict[str, Any]:
     a = fn.args
     params: dict[str, Any] = {}
     positional = a.posonlyargs + a.args
@@ -198,6 +209,8 @@ def module_names(repo: Repo, path: str) -> list[str]:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
     return sorted(names)
 
 
@@ -332,6 +345,13 @@ TITAN_CLASSES = {
     "ChunkedLossWrapper.Config": "torchtitan/components/loss.py",
     "ModelSpec": "torchtitan/protocols/model_spec.py",
     "CrossEntropyLoss.Config": "torchtitan/components/loss.py",
+    # MoE models (service/launchers/torchtitan_moe.py): Qwen3's decoder over the common MoE
+    # builders, and DeepSeek-V3's MLA + MoE decoder.
+    "Qwen3Model.Config": "torchtitan/models/qwen3/model.py",
+    "Qwen3TransformerBlock.Config": "torchtitan/models/qwen3/model.py",
+    "DeepSeekV3Model.Config": "torchtitan/models/deepseek_v3/model.py",
+    "CosSinRoPE.Config": "torchtitan/models/common/rope.py",
+    "MoE.Config": "torchtitan/models/common/moe.py",
 }
 TITAN_FUNCTIONS = {
     "_build_llama3_layers": "torchtitan/models/llama3/__init__.py",
@@ -349,7 +369,30 @@ TITAN_MODULES = {
     "torchtitan.components.loss": "torchtitan/components/loss.py",
     "torchtitan.models.common.config_utils": "torchtitan/models/common/config_utils.py",
     "torchtitan.models.llama3.model": "torchtitan/models/llama3/model.py",
+    "torchtitan.models.qwen3": "torchtitan/models/qwen3/__init__.py",
+    "torchtitan.models.qwen3.model": "torchtitan/models/qwen3/model.py",
+    "torchtitan.models.deepseek_v3": "torchtitan/models/deepseek_v3/__init__.py",
+    "torchtitan.models.deepseek_v3.model": "torchtitan/models/deepseek_v3/model.py",
 }
+# Functions by the module they are imported from (names repeat across model modules, e.g.
+# model_registry): module -> function -> its path; the exported module's calls are checked
+# against the function of the module it imported the name from.
+TITAN_MODULE_FUNCTIONS = {
+    "torchtitan.models.common.config_utils": ("torchtitan/models/common/config_utils.py", [
+        "get_attention_config", "make_gqa_config", "make_ffn_config", "make_moe_config", "make_router_config",
+        "make_routed_experts_config", "decoder_vocab_size"]),
+    "torchtitan.models.qwen3": ("torchtitan/models/qwen3/__init__.py", [
+        "model_registry", "_residual_output_init", "_moe_experts_init"]),
+    "torchtitan.models.deepseek_v3": ("torchtitan/models/deepseek_v3/__init__.py", [
+        "model_registry", "build_mla_moe_layers", "_output_linear_init", "_depth_init", "_depth_experts_init"]),
+    "torchtitan.models.llama3": ("torchtitan/models/llama3/__init__.py", [
+        "model_registry", "_build_llama3_layers", "_output_linear_init"]),
+}
+# The flavor tables of model_registry (module -> the dict it indexes).
+TITAN_FLAVORS = {"torchtitan.models.llama3": ("torchtitan/models/llama3/__init__.py", "llama3_configs"),
+                 "torchtitan.models.qwen3": ("torchtitan/models/qwen3/__init__.py", "qwen3_configs"),
+                 "torchtitan.models.deepseek_v3": ("torchtitan/models/deepseek_v3/__init__.py",
+                                                   "deepseekv3_configs")}
 # torch.distributed.pipelining schedules by kind (pytorch/pytorch
 # torch/distributed/pipelining/schedules.py: ScheduleGPipe/Schedule1F1B subclass
 # PipelineScheduleSingle; ScheduleInterleaved1F1B/ScheduleLoopedBFS/ScheduleInterleavedZeroBubble/
@@ -367,15 +410,20 @@ def extract_torchtitan(repo: Repo) -> dict[str, Any]:
     modules = {mod: {"path": path, "names": module_names(repo, path)} for mod, path in TITAN_MODULES.items()}
     paths = sorted({c["path"] for c in classes.values()} | {f["path"] for f in functions.values()}
                    | {m["path"] for m in modules.values()})
+    by_module = {mod: {name: {"path": path, "params": function_params(repo, path, name)} for name in names}
+                 for mod, (path, names) in TITAN_MODULE_FUNCTIONS.items()}
+    flavors = {mod: _flavors(repo, path, table) for mod, (path, table) in TITAN_FLAVORS.items()}
+    paths = sorted(set(paths) | {path for path, _ in TITAN_MODULE_FUNCTIONS.values()})
     return {"framework": "torchtitan", "repository": "pytorch/torchtitan", "commit": repo.commit,
             "paths": paths, "entry_point": "torchtitan.train (--module M --config F)",
-            "classes": classes, "functions": functions, "modules": modules,
-            "llama3_flavors": _llama3_flavors(repo), "pipeline_schedules": TORCH_SCHEDULES}
+            "classes": classes, "functions": functions, "module_functions": by_module, "modules": modules,
+            "llama3_flavors": flavors["torchtitan.models.llama3"], "flavors": flavors,
+            "pipeline_schedules": TORCH_SCHEDULES}
 
 
-def _llama3_flavors(repo: Repo) -> list[str]:
-    for node in repo.tree("torchtitan/models/llama3/__init__.py").body:
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "llama3_configs":
+def _flavors(repo: Repo, path: str, table: str) -> list[str]:
+    for node in repo.tree(path).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == table:
             return [ast.literal_eval(k) for k in node.value.keys]
     return []
 
@@ -390,6 +438,7 @@ DS_CLASSES = {
 }
 DS_RUNNER = "deepspeed/launcher/runner.py"
 DS_SCRIPT_ARGS = "deepspeed/__init__.py"  # add_config_arguments: --deepspeed, --deepspeed_config
+DS_MOE = "deepspeed/moe/layer.py"  # the native MoE layer the model code builds (MoE.__init__)
 
 
 def _constants(repo: Repo) -> dict[str, Any]:
@@ -412,7 +461,8 @@ def extract_deepspeed(repo: Repo) -> dict[str, Any]:
         fields = dataclass_fields(repo, path, cls, "deepspeed")
         sections[key] = {"path": path, "class": cls, "fields": fields}
     return {"framework": "deepspeed", "repository": "deepspeedai/DeepSpeed", "commit": repo.commit,
-            "paths": sorted({DS_CONSTANTS, DS_RUNNER, DS_SCRIPT_ARGS} | {p for p, _ in DS_CLASSES.values()}),
+            "paths": sorted({DS_CONSTANTS, DS_RUNNER, DS_SCRIPT_ARGS, DS_MOE} | {p for p, _ in DS_CLASSES.values()}),
+            "moe_layer": {"path": DS_MOE, "class": "MoE", "params": method_params(repo, DS_MOE, "MoE", "__init__")},
             "top_level_keys": _constants(repo), "sections": sections,
             "zero_stages": [0, 1, 2, 3], "launcher": add_argument_calls(repo, DS_RUNNER),
             "script_arguments": add_argument_calls(repo, DS_SCRIPT_ARGS)}

@@ -19,7 +19,7 @@ from service.launchers.megatron import (
 )
 from service.launchers.placement import RANKS_LISTED_MAX, rank_placement, torchrun_args
 from service.launchers.torchtitan import (
-    torchtitan_export, torchtitan_fp8_rules, torchtitan_rules, torchtitan_settings,
+    torchtitan_export, torchtitan_rules, torchtitan_settings,
 )
 from solver.errors import SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
@@ -36,12 +36,12 @@ def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: Layou
                     split: list[int] | None) -> list[tuple[str, str]]:
     """Every rule of `framework` the layout breaks: its profile's capabilities, then the
     framework's own checks on the exported configuration. Empty when it runs."""
-    out = dense_model_rules(m, framework) + capability_rules(framework, t, layout, split)
+    out = dense_model_rules(m, framework, t) + capability_rules(framework, t, layout, split)
     out += expert_capability_rules(framework, m, t, layout)
     if framework == "megatron-core":
         out += megatron_rules(m, t, layout, split) + moe_rules(m, t, layout)
     elif framework == "torchtitan":
-        out += torchtitan_rules(m, layout) + torchtitan_fp8_rules(t)
+        out += torchtitan_rules(layout)
     else:
         out += deepspeed_rules(layout)
     return list(dict.fromkeys(out))

@@ -114,25 +114,13 @@ def _microbatch_rules(framework: str, rule: Any, t: TrainingSpec, layout: Layout
     return []
 
 
-def dense_model_rules(m: ModelSpec, framework: str = "megatron-core") -> list[tuple[str, str]]:
-    """Model parts an export does not write, refused rather than exported as a dense model:
-    Q/K norms everywhere; experts, latent attention and multi-token prediction outside
-    Megatron-LM (service.launchers.megatron_moe writes them for Megatron-LM)."""
-    parts = [("qk_norm", m.qk_norm != "none"), ("mtp_layers", m.mtp_layers > 0 and framework != "megatron-core")]
-    out = [(f"model.{name}", "the launcher exports do not write this model part; this model has it set")
-           for name, on in parts if on]
-    if framework == "torchtitan":
-        why = ("the torchtitan export writes torchtitan's Llama 3 model module (torchtitan/models/llama3); "
-               "its MoE / MLA modules (models/deepseek_v3, models/qwen3) are not exported yet")
-        out += [(f"model.{name}", why) for name, on in (("moe", m.moe is not None), ("mla", m.mla is not None)) if on]
-    elif framework == "deepspeed":
-        if m.moe is not None:
-            out.append(("model.moe", "DeepSpeed's experts and their ep_size are set in the model code "
-                        "(deepspeed/moe/layer.py MoE(num_experts, ep_size, k)), not in the config the export "
-                        "writes; the export writes dense Llama-style models only"))
-        if m.mla is not None:
-            out.append(("model.mla", "the DeepSpeed export's Hugging Face Llama config has no latent attention"))
-    return out
+def dense_model_rules(m: ModelSpec, framework: str = "megatron-core",
+                      t: TrainingSpec | None = None) -> list[tuple[str, str]]:
+    """Model parts (and model-level training options) the framework's export cannot express:
+    solver.frameworks.models.model_rules, the same rules the search applies up front."""
+    from solver.frameworks.models import model_rules
+
+    return model_rules(framework, m, t)
 
 
 def expert_capability_rules(framework: str, m: ModelSpec, t: TrainingSpec,

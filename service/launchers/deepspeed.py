@@ -12,13 +12,16 @@ tests/fixtures/frameworks/deepspeed.json holds them. Rules (refused, naming them
 pipeline engine asserts ZeRO < 2 (runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are
 incompatible with pipeline parallelism"); its only training schedule is TrainSchedule
 (runtime/pipe/schedule.py), so no interleaving; no ring context parallelism; plus the
-deepspeed profile's capabilities (solver/data/frameworks/deepspeed.json).
+deepspeed profile's capabilities (solver/data/frameworks/deepspeed.json). A MoE model's
+expert layers are DeepSpeed's native MoE layer, set in the model code: the export gives their
+arguments (service.launchers.deepspeed_moe).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from service.launchers.common import model_values
+from service.launchers.deepspeed_moe import deepspeed_moe, moe_notes
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -95,6 +98,10 @@ def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     elif m.dropout:
         notes.append("a Hugging Face Llama config has attention_dropout only; hidden dropout "
                      f"{m.dropout:g} is the model code's")
+    moe = None
+    if m.moe is not None:
+        moe = deepspeed_moe(m, t, layout)
+        notes += moe_notes(m, layout)
     return {"config": deepspeed_config(t, layout), "launcher": " ".join(launcher),
-            "launcher_args": launcher, "model_config": hf, "notes": notes,
+            "launcher_args": launcher, "model_config": hf, "moe": moe, "notes": notes,
             "source": "deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641"}

@@ -80,8 +80,6 @@ def megatron_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     if layout.cp > 1 and t.seq_len % (2 * layout.cp):
         out.append(("layout.cp", f"seq_len ({t.seq_len}) must be a multiple of 2 x cp "
                     f"({2 * layout.cp}) (arguments.py)"))
-    if m.position_embedding == "rope" and m.rope_base is not None and m.rope_base != int(m.rope_base):
-        out.append(("model.rope_base", "Megatron-LM's --rotary-base takes an integer (arguments.py)"))
     return out
 
 
@@ -153,6 +151,8 @@ def _model_args(m: ModelSpec, t: TrainingSpec, tp: int, values: ModelValues) -> 
         # TransformerConfig.add_qkv_bias "Add a bias term only for QKV projections" (Qwen2).
         if m.qkv_bias:
             args.append("--add-qkv-bias")
+    if m.qk_norm == "head":  # per-head Q/K norms (attention.py L1712-1745; "full" is refused up front)
+        args.append("--qk-layernorm")
     if m.position_embedding == "rope":
         args += ["--position-embedding-type", "rope", "--rotary-base", str(int(values.rope_base))]
     else:

@@ -44,20 +44,15 @@ def layer_freq(moe: MoESpec, layers: int) -> str | None:
 
 
 def moe_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
-    """Megatron-LM's MoE checks that the layout breaks (empty for a dense model)."""
-    if m.moe is None:
+    """Megatron-LM's MoE checks that the layout breaks (empty for a dense model): the A2A
+    overlap rule is the search's own (solver.search.rules.moe_overlap_problems); MoE with TP
+    needing SP is the profile's moe_tp_needs_sp (common.expert_capability_rules)."""
+    from solver.search.rules import moe_overlap_problems
+
+    if m.moe is None or not t.moe_a2a_overlap:
         return []
-    out = []  # MoE with TP needs SP: the profile's moe_tp_needs_sp (common.expert_capability_rules)
-    if t.moe_a2a_overlap and layout.ep == 1:
-        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm needs ep > 1 "
-                    "(transformer_config.py)"))
-    if t.moe_a2a_overlap and layout.pp > 1 and layout.vpp == 1:
-        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm with pp > 1 needs "
-                    "virtual pipeline stages (vpp > 1) (transformer_config.py)"))
-    if t.moe_a2a_overlap and layout.recompute == "full":
-        out.append(("training.moe_a2a_overlap", "--overlap-moe-expert-parallel-comm refuses full "
-                    "recompute (transformer_config.py L3021-3023)"))
-    return out
+    return [("training.moe_a2a_overlap", reason)
+            for reason in moe_overlap_problems(layout.pp, layout.vpp, layout.ep, layout.recompute)]
 
 
 def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:

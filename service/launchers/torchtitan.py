@@ -17,7 +17,10 @@ benchmarks/extract_framework_options.py). Rules it obeys (same commit):
 - batch: num_tokens_per_train_step must divide by the tokens of one accumulation step
   (trainer.py), which is microbatch tokens x num_pp_microbatches x DP;
 - the Llama 3 builder has no biases, no LayerNorm, no learned positions and derives
-  head_dim = dim / n_heads; other models are refused, naming the rule.
+  head_dim = dim / n_heads; other models are refused up front, naming the rule
+  (solver.frameworks.models);
+- a mixture-of-experts model is written with torchtitan's Qwen3 or DeepSeek-V3 modules
+  (service.launchers.torchtitan_moe) and ParallelismConfig.expert_parallel_degree.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import re
 from typing import Any
 
 from service.launchers.common import model_values
+from service.launchers.torchtitan_moe import moe_imports, moe_model_code, moe_notes, registry_call
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -36,35 +40,13 @@ CONFIG_FN = "trainplan_config"
 RESHARD = {1: "default", 2: "never", 3: "always"}
 
 
-def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
-    """What torchtitan's Llama 3 model and pipeline cannot express, as (field, rule)."""
-    out = []
-    builder = "torchtitan/models/llama3/__init__.py _build_llama3_layers"
-    if m.bias or m.qkv_bias:
-        out.append(("model.bias", f"torchtitan's Llama 3 layers have no biases ({builder})"))
-    if m.norm != "rmsnorm" or m.position_embedding != "rope" or not m.ffn_gated:
-        out.append(("model.norm", f"torchtitan's Llama 3 model is RMSNorm + RoPE + SwiGLU ({builder})"))
-    if m.dropout:
-        out.append(("model.dropout", f"torchtitan's Llama 3 model has no dropout ({builder})"))
-    if m.head_dim * m.heads != m.hidden:
-        out.append(("model.head_dim", f"torchtitan's Llama 3 attention uses head_dim = dim / n_heads "
-                    f"({m.hidden // m.heads}), not {m.head_dim} ({builder})"))
+def torchtitan_rules(layout: LayoutSpec) -> list[tuple[str, str]]:
+    """What torchtitan's pipeline cannot express for this layout, as (field, rule); the model
+    rules are solver.frameworks.models' (applied by the search up front too)."""
     if layout.pipeline_layers and len(layout.pipeline_layers) != layout.pp * layout.vpp and layout.vpp > 1:
-        out.append(("layout.pipeline_layers", "torchtitan takes the modules of every stage "
-                    "(module_fqns_per_model_part): give pp x vpp values"))
-    return out
-
-
-def torchtitan_fp8_rules(t: TrainingSpec) -> list[tuple[str, str]]:
-    """The export writes BF16 linear layers only: an FP8 plan is refused rather than exported
-    as BF16 (torchtitan's Float8LinearConverter / MXFP8 converters, components/quantization/,
-    are not written yet)."""
-    if t.compute_precision == "bf16":
-        return []
-    return [("training.compute_precision", f"the torchtitan export does not write FP8 converters yet "
-             f"('{t.compute_precision}'); add Float8LinearConverter.Config (rowwise) or the MXFP8 "
-             f"converter to model_registry(..., converters=[...]) by hand "
-             f"(torchtitan/components/quantization/float8.md)")]
+        return [("layout.pipeline_layers", "torchtitan takes the modules of every stage "
+                 "(module_fqns_per_model_part): give pp x vpp values")]
+    return []
 
 
 def stage_layers(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[int]:
@@ -101,6 +83,8 @@ def torchtitan_settings(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
         "context_parallel_degree": layout.cp,
         "pipeline_parallel_degree": layout.pp,
     }
+    if m.moe is not None:  # configs.py ParallelismConfig.expert_parallel_degree (no expert-TP degree)
+        par["expert_parallel_degree"] = layout.ep
     if layout.zero_stage:
         par["fsdp_reshard_after_forward"] = RESHARD[layout.zero_stage]
     if layout.pp > 1:  # every micro-batch of the step in one pipeline round
@@ -158,12 +142,15 @@ def _model_code(m: ModelSpec, t: TrainingSpec) -> str:
 '''
 
 
-IMPORTS = '''import dataclasses
+BASE_IMPORTS = '''import dataclasses
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.config import ParallelismConfig, TrainingConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3.config_registry import llama3_8b
+from torchtitan.trainer import Trainer
+'''
+LLAMA3_IMPORTS = '''from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.llama3 import (
     _EMBEDDING_INIT,
@@ -173,9 +160,7 @@ from torchtitan.models.llama3 import (
     _output_linear_init,
     model_registry,
 )
-from torchtitan.models.llama3.config_registry import llama3_8b
 from torchtitan.models.llama3.model import Llama3Model
-from torchtitan.trainer import Trainer
 '''
 
 
@@ -195,12 +180,16 @@ def torchtitan_module(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
             f"ZeRO-{layout.zero_stage}, micro-batch {layout.micro_batch}, recompute {layout.recompute}.\n"
             f"Run: torchrun ... -m torchtitan.train --module {module_name(m)} --config {CONFIG_FN}\n"
             '"""\n')
-    return (head + IMPORTS + "\n\n" + _model_code(m, t) + f'''
+    if m.moe is None:
+        imports, model_code, registry = LLAMA3_IMPORTS, _model_code(m, t), 'model_registry("8B")'
+    else:
+        imports, model_code, registry = moe_imports(m), moe_model_code(m, t), registry_call(m)
+    return (head + BASE_IMPORTS + imports + "\n\n" + model_code + f'''
 
 def {CONFIG_FN}() -> Trainer.Config:
     """llama3_8b's data, optimizer, checkpoint and metrics (edit for your run) with this model and layout."""
     config = llama3_8b()
-    config.model_spec = dataclasses.replace(model_registry("8B"), flavor="trainplan", model=_model())
+    config.model_spec = dataclasses.replace({registry}, flavor="trainplan", model=_model())
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),
     )
@@ -225,7 +214,7 @@ def torchtitan_launch(m: ModelSpec, torchrun: list[str], world: int) -> dict[str
 def torchtitan_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchrun: list[str],
                       split: list[int] | None = None) -> dict[str, Any]:
     """The torchtitan launch block (rules checked by the caller)."""
-    notes = [*model_values(m).notes,
+    notes = [*model_values(m).notes, *(moe_notes(m) if m.moe is not None else []),
              f"save `module` as {module_name(m)}.py on PYTHONPATH; data, tokenizer (hf_assets_path) "
              "and optimizer come from llama3_8b(): edit them for your run",
              "the module imports private builders of torchtitan.models.llama3 (_build_llama3_layers, "

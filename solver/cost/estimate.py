@@ -117,15 +117,20 @@ def check_layout(ctx: CostContext, layout: LayoutSpec) -> None:
 
 
 def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum: int,
-                         moe: bool = False) -> list[dict]:
+                         moe: bool = False, model: ModelSpec | None = None) -> list[dict]:
     """The capability rules of training.framework the layout breaks, each with its reason
     and the framework source (solver.frameworks.capability.violations); empty: it runs.
-    moe: the model has expert layers (its expert rules apply: EP, ETP, expert ranks)."""
+    moe: the model has expert layers (its expert rules apply: EP, ETP, expert ranks).
+    model: also the model parts the framework cannot express (solver.frameworks.models; the
+    search refuses such a model up front)."""
+    from solver.frameworks.models import model_violations
+
     fw = load_framework(training.framework)
+    parts = [] if model is None else [v.as_dict() for v in model_violations(training.framework, model, training)]
     found = violations(fw, kernel=training.attention_kernel, tp=layout.tp, pp=layout.pp, cp=layout.cp,
                        vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum,
                        moe=moe, dp=layout.dp, ep=layout.ep, etp=layout.etp)
-    return [v.as_dict() for v in found]
+    return parts + [v.as_dict() for v in found]
 
 
 def model_flops_per_token(ctx: CostContext, causal: bool | None = None) -> float:
@@ -165,7 +170,7 @@ def estimate_with_context(ctx: CostContext, layout: LayoutSpec) -> LayoutEstimat
                           usable - mem["total"], (usable - mem["total"]) / cap)
     notes: tuple[str, ...] = () if batch.tokens_per_step == ctx.training.global_batch_tokens else (
         f"global batch rounded to {batch.tokens_per_step} tokens ({m} micro-batches)",)
-    broken = framework_violations(ctx.training, layout, m, moe=ctx.model.moe is not None)
+    broken = framework_violations(ctx.training, layout, m, moe=ctx.model.moe is not None, model=ctx.model)
     notes += tuple(f"NOT RUNNABLE in {ctx.training.framework}: {v['reason']}" for v in broken)
     notes += moe_notes(ctx, layout)
     per_s = batch.tokens_per_step / (st.step_time_s * peak)  # MFU per model FLOP per token

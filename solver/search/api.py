@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from solver.cost.bands import mark_layouts
 from solver.errors import InfeasibleError, Problem, SolverTimeoutError, SpecError
+from solver.frameworks.models import refuse_model
 from solver.search.cpsat import LayoutModel
 from solver.search.driver import Evaluator, optimize, ranked_window
 from solver.search.exhaustive import evaluator
@@ -72,6 +73,9 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     SpecError for bad options (or training.tokens missing for run-level objectives).
     """
     options = parse_spec(SearchOptions, options or {}, "options")
+    # A model the framework's exported configuration cannot express is refused before any
+    # layout is ranked (solver.frameworks.models; the exports apply the same rules).
+    refuse_model(training.framework, model, training)
     if model.moe is not None and options.split_stages:
         reason = "per-stage memory of explicit pipeline splits is not modelled for mixture-of-experts models yet"
         raise SpecError(f"options.split_stages: {reason}", [Problem("options.split_stages", reason)])

@@ -68,12 +68,27 @@ def framework_expert_ok(training: TrainingSpec, tp: int, pp: int, cp: int, sp: b
 
 def moe_overlap_ok(training: TrainingSpec, pp: int, vpp: int, ep: int, etp: int, recompute: str) -> bool:
     """training.moe_a2a_overlap is Megatron's --overlap-moe-expert-parallel-comm, which Megatron
-    accepts only with EP > 1, with interleaving (vpp > 1) when PP > 1, and without full recompute
-    (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L3002-3023).
-    Always true for a dense model or without the overlap."""
+    accepts only where moe_overlap_problems finds nothing. Always true for a dense model or
+    without the overlap."""
     if etp == DENSE_ETP or not training.moe_a2a_overlap:
         return True
-    return ep > 1 and (pp == 1 or vpp > 1) and recompute != "full"
+    return not moe_overlap_problems(pp, vpp, ep, recompute)
+
+
+def moe_overlap_problems(pp: int, vpp: int, ep: int, recompute: str) -> list[str]:
+    """Why Megatron refuses --overlap-moe-expert-parallel-comm at these degrees (empty: it
+    accepts it): it needs EP > 1, interleaving (vpp > 1) when PP > 1, and no full recompute
+    (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L3002-3023).
+    The search (moe_overlap_ok) and the Megatron export (service.launchers.megatron_moe) share it."""
+    out = []
+    if ep == 1:
+        out.append("--overlap-moe-expert-parallel-comm needs ep > 1 (transformer_config.py)")
+    if pp > 1 and vpp == 1:
+        out.append("--overlap-moe-expert-parallel-comm with pp > 1 needs virtual pipeline stages "
+                   "(vpp > 1) (transformer_config.py)")
+    if recompute == "full":
+        out.append("--overlap-moe-expert-parallel-comm refuses full recompute (transformer_config.py L3021-3023)")
+    return out
 
 
 def framework_expert_shard_ok(training: TrainingSpec, tp: int, cp: int, dp: int, zero: int, ep: int,

@@ -230,8 +230,16 @@ def torchtitan_module_problems(text: str) -> list[str]:
 
     fx, problems = fixture("torchtitan"), []
     tree = ast.parse(text)
+    imported = {a.asname or a.name: n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                for a in n.names}
+    by_module = fx.get("module_functions", {})
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in by_module.get(
+                imported.get(ast.unparse(node.func)), {}):
+            func = ast.unparse(node.func)  # the function of the module the name was imported from
+            _check_call(func, by_module[imported[func]][func]["params"], node, problems)
+            problems += _flavor_problems(func, imported[func], node, fx)
+        elif isinstance(node, ast.ImportFrom):
             names = fx["modules"].get(node.module, {}).get("names")
             if names is None:
                 problems.append(f"module {node.module} is not in the fixture")
@@ -253,11 +261,25 @@ def torchtitan_module_problems(text: str) -> list[str]:
     return problems
 
 
+def _flavor_problems(func: str, module: str, call: Any, fx: dict[str, Any]) -> list[str]:
+    """model_registry("<flavor>"): the flavor is a key of that module's registry table."""
+    import ast
+
+    flavors = fx.get("flavors", {}).get(module)
+    if func != "model_registry" or flavors is None or not call.args:
+        return []
+    flavor = ast.literal_eval(call.args[0])
+    return [] if flavor in flavors else [f"{module}.model_registry has no flavor {flavor!r}"]
+
+
 def _assignment_problems(target: str) -> list[str]:
-    """config.<Trainer.Config field> and block.<norm>.eps (Llama3TransformerBlock.Config)."""
+    """config.<Trainer.Config field>, block.<norm>.eps (TransformerBlock.Config norms) and
+    block.moe.<MoE.Config field>."""
     parts = target.split(".")
     if parts[0] == "config" and len(parts) == 2:
         return [] if parts[1] in _class_fields("Trainer.Config") else [f"Trainer.Config has no {parts[1]}"]
+    if parts[:2] == ["block", "moe"] and len(parts) == 3:
+        return [] if parts[2] in _class_fields("MoE.Config") else [f"no field {target}"]
     if parts[0] == "block" and len(parts) == 3:
         ok = parts[1] in _class_fields("Llama3TransformerBlock.Config") and \
             parts[2] in _class_fields("RMSNorm.Config")
@@ -283,6 +305,8 @@ def torchtitan_violations(settings: dict[str, Any], layers: int, world: int) -> 
             par["context_parallel_degree"], par["tensor_parallel_degree"], par["pipeline_parallel_degree"]]
     if dims[0] * dims[1] * dims[2] * dims[3] * dims[4] != world:
         out.append("dp_replicate x dp_shard x cp x tp x pp != WORLD_SIZE")
+    if (dims[1] * dims[2] * dims[3]) % par["expert_parallel_degree"]:  # parallel_dims.py _validate
+        out.append("expert_parallel_degree must divide dp_shard x cp x tp")
     pp = par["pipeline_parallel_degree"]
     if pp > 1:
         out += _stage_violations(par, layers, pp, fx["pipeline_schedules"])
@@ -337,6 +361,19 @@ def deepspeed_config_problems(cfg: dict[str, Any]) -> list[str]:
                 out += [] if v in fx["zero_stages"] else [f"{key}.stage {v} not in {fx['zero_stages']}"]
             elif not _value_ok(spec["annotation"].replace("Optional[", "").rstrip("]"), v, None):
                 out.append(f"{key}.{sub}: {v!r} does not fit {spec['annotation']}")
+    return out
+
+
+def deepspeed_moe_problems(moe: dict[str, Any]) -> list[str]:
+    """The MoE layer arguments against deepspeed.moe.layer.MoE.__init__ (the fixture) and its
+    own assert (num_experts % ep_size == 0); `expert` is the model code's module."""
+    params, args = fixture("deepspeed")["moe_layer"]["params"], moe["arguments"]
+    out = [f"MoE has no argument {k}" for k in args if k not in params]
+    out += [f"MoE needs {k}" for k, v in params.items() if v == "<required>" and k not in args and k != "expert"]
+    out += [f"MoE.{k}: {v!r} is not a {type(params[k]).__name__}" for k, v in args.items()
+            if k in params and params[k] not in ("<required>", None) and type(v) is not type(params[k])]
+    if args.get("num_experts", 1) % args.get("ep_size", 1):
+        out.append("num_experts must be divisible by ep_size")
     return out
 
 

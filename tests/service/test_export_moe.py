@@ -1,14 +1,13 @@
 """MoE and MLA exports: Megatron-LM's expert and latent-attention arguments, each checked
 against the option fixture (tests/fixtures/frameworks/megatron.json, NVIDIA/Megatron-LM
-d98e8a64) and Megatron's own MoE checks (tests/service/framework_options.py); torchtitan and
-DeepSpeed refuse MoE models naming model.moe (their exports write dense Llama-style models)."""
+d98e8a64) and Megatron's own MoE checks (tests/service/framework_options.py); the torchtitan
+and DeepSpeed MoE exports are tested in test_export_moe_frameworks.py."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from service.cli import main
 from service.launchers import export_layout, rank_placement
 from service.launchers.megatron_moe import layer_freq
 from solver.errors import SpecError
@@ -74,11 +73,3 @@ def test_megatron_refuses_moe_with_tp_without_sequence_parallelism():
         _export(model, MIXTRAL_LAYOUT.model_copy(update={"sequence_parallel": False}))
     assert [p.field for p in e.value.problems] == ["layout.sequence_parallel"]
     assert "moe_layer.py" in e.value.message
-
-
-@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
-def test_torchtitan_and_deepspeed_refuse_moe_models_naming_the_field(framework, capsys):
-    code = main(["export", "--model", str(HF / "mixtral-8x22b" / "config.json"), "--cluster", "dgx-h100-superpod",
-                 "--training", TRAIN.model_dump_json(), "--framework", framework,
-                 "--layout", '{"tp": 1, "pp": 8, "dp": 64, "ep": 8, "zero_stage": 1}'])
-    assert code == 2 and "model.moe" in capsys.readouterr().err

@@ -1,0 +1,197 @@
+"""Which models (and model-level training options) each framework's exported configuration can
+express, checked before any layout is searched or ranked: a model the framework's own model
+code cannot build, or that trainplan's export for it does not write, is refused up front
+(SpecError naming the field and the framework source), never ranked and then refused by the
+export (service.launchers applies the same function).
+
+Each rule cites the file of the framework that imposes it (repository, path, commit):
+- Megatron-LM NVIDIA/Megatron-LM d98e8a64: megatron/core/transformer/attention.py L1712-1745
+  (--qk-layernorm builds q_layernorm / k_layernorm of hidden_size_per_attention_head: a
+  per-head norm only).
+- torchtitan pytorch/torchtitan b5bcd76c: the dense export writes models/llama3 (no biases,
+  RMSNorm + RoPE + SwiGLU, head_dim = dim / n_heads, no QK norm); a MoE model is written with
+  models/qwen3's Qwen3TransformerBlock / Qwen3Model over models/common/config_utils.py
+  (make_gqa_config: no bias, qk_norm an RMSNorm of head_dim; make_moe_config / moe.py MoE:
+  shared experts summed ungated) or, with latent attention, models/deepseek_v3
+  (build_mla_moe_layers: leading dense layers then MoE layers, each with
+  num_shared_experts x moe_hidden_dim shared experts; mtp.py: MTP refuses PP > 1); the "standard" token
+  dispatcher (config_utils.make_token_dispatcher_config -> AllToAllTokenDispatcher) drops no
+  tokens.
+- DeepSpeed deepspeedai/DeepSpeed edaa7221: deepspeed/moe/layer.py MoE / sharded_moe.py
+  TopKGate (softmax scores only; use_residual is a learned softmax mix of one dense MLP, not
+  a shared expert; no score-correction bias); no latent attention, QK norm or MTP in the
+  Hugging Face Llama config the export writes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from solver.errors import Problem, SpecError
+from solver.frameworks.capability import Violation
+from solver.frameworks.profile import Source
+
+MEGATRON = ("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553")
+TITAN = ("pytorch/torchtitan", "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a")
+DEEPSPEED = ("deepspeedai/DeepSpeed", "edaa7221267243c7be7fb49c5d5f5c4fb97b4641")
+
+
+class _Rules(list):
+    """(field, reason, Source) triples: one model part the framework cannot express each."""
+
+    def add(self, field: str, reason: str, repo: tuple[str, str], path: str) -> None:
+        self.append((field, reason, Source(repository=repo[0], path=path, commit=repo[1], note=reason)))
+
+
+def _cite(repo: tuple[str, str], path: str) -> str:
+    return f"{repo[0]} {path} @ {repo[1][:8]}"
+
+
+def _found(framework: str, m: Any, t: Any | None) -> _Rules:
+    rules = {"megatron-core": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed}[framework]
+    out = rules(m)
+    if t is not None:
+        out += training_rules(framework, m, t)
+    return out
+
+
+def model_rules(framework: str, m: Any, t: Any | None = None) -> list[tuple[str, str]]:
+    """(field, rule with its source) for every part of model `m` (and of training `t`'s
+    model-level options) that `framework`'s exported configuration cannot express. Empty: it can."""
+    return [(f, f"{r} ({_cite((s.repository, s.commit), s.path)})") for f, r, s in _found(framework, m, t)]
+
+
+def model_violations(framework: str, m: Any, t: Any | None = None) -> list[Violation]:
+    """The same rules as capability Violations (rule = the field), for `estimate`'s report."""
+    return [Violation(f, f"{framework}: {f}: {r}", (s,)) for f, r, s in _found(framework, m, t)]
+
+
+def refuse_model(framework: str, m: Any, t: Any | None = None) -> None:
+    """Raise SpecError naming each field `framework` cannot run (nothing when it can)."""
+    found = model_rules(framework, m, t)
+    if found:
+        problems = [Problem(f, r) for f, r in found]
+        raise SpecError(f"{framework} cannot run this model as specified: "
+                        + "; ".join(str(p) for p in problems), problems)
+
+
+def _megatron(m: Any) -> _Rules:
+    out = _Rules()
+    if m.position_embedding == "rope" and m.rope_base is not None and m.rope_base != int(m.rope_base):
+        out.add("model.rope_base", "Megatron-LM's --rotary-base takes an integer", MEGATRON,
+                "megatron/training/arguments.py")
+    if m.qk_norm == "full":
+        out.add("model.qk_norm", "Megatron-LM's --qk-layernorm normalizes each attention head "
+                "(q_layernorm/k_layernorm of hidden_size_per_attention_head), not the whole projection",
+                MEGATRON, "megatron/core/transformer/attention.py")
+    return out
+
+
+def _titan_dense(m: Any, out: _Rules) -> None:
+    """The Llama 3 module (torchtitan/models/llama3/__init__.py _build_llama3_layers)."""
+    path = "torchtitan/models/llama3/__init__.py"
+    if m.qk_norm != "none":
+        out.add("model.qk_norm", "torchtitan's Llama 3 layers have no query/key norm", TITAN, path)
+    if m.head_dim * m.heads != m.hidden:
+        out.add("model.head_dim", f"torchtitan's Llama 3 attention uses head_dim = dim / n_heads "
+                f"({m.hidden // m.heads}), not {m.head_dim}", TITAN, path)
+    if m.mla is not None:
+        out.add("model.mla", "torchtitan builds latent attention only in DeepSeek-V3's MoE layers "
+                "(build_mla_moe_layers)", TITAN, "torchtitan/models/deepseek_v3/__init__.py")
+    if m.mtp_layers:
+        out.add("model.mtp_layers", "torchtitan's multi-token prediction is DeepSeek-V3's (MLA + MoE "
+                "blocks)", TITAN, "torchtitan/models/deepseek_v3/mtp.py")
+
+
+def _titan_common(m: Any, out: _Rules) -> None:
+    """What no torchtitan decoder block the export writes has (llama3, qwen3, deepseek_v3)."""
+    path = "torchtitan/models/common/config_utils.py"
+    if m.bias or m.qkv_bias:
+        out.add("model.bias", "torchtitan's attention and FFN configs have no biases", TITAN, path)
+    if m.norm != "rmsnorm" or m.position_embedding != "rope" or not m.ffn_gated:
+        out.add("model.norm", "torchtitan's decoders are RMSNorm + RoPE + SwiGLU", TITAN, path)
+    if m.dropout:
+        out.add("model.dropout", "torchtitan's decoders have no dropout", TITAN, path)
+
+
+def _titan_moe(m: Any, out: _Rules) -> None:
+    e = m.moe
+    if e.shared_expert_gate:
+        out.add("model.moe.shared_expert_gate", "torchtitan's MoE adds the shared experts' output "
+                "without a gate (MoE.forward)", TITAN, "torchtitan/models/common/moe.py")
+    if m.mla is None:
+        if m.qk_norm == "full":
+            out.add("model.qk_norm", "torchtitan's query/key norm is an RMSNorm of head_dim "
+                    "(make_gqa_config qk_norm), not of the whole projection", TITAN,
+                    "torchtitan/models/common/config_utils.py")
+        return
+    path = "torchtitan/models/deepseek_v3/__init__.py"
+    if m.qk_norm != "none":
+        out.add("model.qk_norm", "torchtitan's MLA attention has no query/key norm", TITAN, path)
+    if e.layer_step != 1:
+        out.add("model.moe.layer_step", "torchtitan's MLA builder makes the first n_dense_layers dense "
+                "and every later layer MoE (build_mla_moe_layers)", TITAN, path)
+    if e.shared_experts == 0 or e.shared_width != e.expert_ffn_hidden:
+        out.add("model.moe.shared_experts", "torchtitan's MLA builder gives every MoE layer "
+                "num_shared_experts x moe_hidden_dim of shared experts (at least one, as wide as a "
+                "routed expert) (build_mla_moe_layers)", TITAN, path)
+
+
+def _torchtitan(m: Any) -> _Rules:
+    out = _Rules()
+    _titan_common(m, out)
+    if m.moe is None:
+        _titan_dense(m, out)
+        return out
+    _titan_moe(m, out)
+    if m.mtp_layers:
+        out.add("model.mtp_layers", "torchtitan's multi-token prediction (DeepSeek-V3's MTPTransformerBlock) "
+                "raises 'MTP does not support pipeline parallelism yet' at pp > 1 (L197-200), a rule the "
+                "search does not apply, and the export does not write it: plan with mtp_layers 0",
+                TITAN, "torchtitan/models/deepseek_v3/mtp.py")
+    return out
+
+
+def _deepspeed(m: Any) -> _Rules:
+    """The DeepSpeed export: a Hugging Face Llama config for the model code, each MoE layer's
+    FFN a native deepspeed.moe.layer.MoE (service.launchers.deepspeed_moe)."""
+    out, gate = _Rules(), "deepspeed/moe/sharded_moe.py"
+    if m.qk_norm != "none":
+        out.add("model.qk_norm", "the DeepSpeed export's Hugging Face Llama config has no query/key norm",
+                DEEPSPEED, "deepspeed/module_inject/auto_tp.py")
+    if m.mtp_layers:
+        out.add("model.mtp_layers", "DeepSpeed has no multi-token prediction module", DEEPSPEED,
+                "deepspeed/moe/layer.py")
+    if m.mla is not None:
+        out.add("model.mla", "the DeepSpeed export's Hugging Face Llama config has no latent attention",
+                DEEPSPEED, "deepspeed/module_inject/auto_tp.py")
+    e = m.moe
+    if e is None:
+        return out
+    if e.router != "softmax":
+        out.add("model.moe.router", "DeepSpeed's TopKGate scores experts with a softmax only "
+                "(top1gating / top2gating / topkgating)", DEEPSPEED, gate)
+    if e.router_bias:
+        out.add("model.moe.router_bias", "DeepSpeed's TopKGate has no score-correction bias (its gate is "
+                "one bias-free Linear)", DEEPSPEED, gate)
+    if e.shared_experts:
+        out.add("model.moe.shared_experts", "DeepSpeed's MoE has no shared experts: use_residual mixes one "
+                "dense MLP with a learned softmax coefficient (Residual MoE), not an added shared expert",
+                DEEPSPEED, "deepspeed/moe/layer.py")
+    return out
+
+
+def training_rules(framework: str, m: Any, t: Any) -> _Rules:
+    """Model-level training options `framework` cannot honour for model `m`."""
+    out = _Rules()
+    if m.moe is not None and t.moe_a2a_overlap and framework != "megatron-core":
+        out.add("training.moe_a2a_overlap", f"the expert all-to-all overlap is Megatron-LM's "
+                f"--overlap-moe-expert-parallel-comm; {framework} has no such option", MEGATRON,
+                "megatron/core/model_parallel_config.py")
+    if framework == "torchtitan" and m.moe is not None and t.moe_capacity_factor is not None:
+        out.add("training.moe_capacity_factor", "torchtitan's standard token dispatcher "
+                "(AllToAllTokenDispatcher) drops no tokens: it has no capacity factor", TITAN,
+                "torchtitan/models/common/config_utils.py")
+    if framework == "torchtitan" and t.compute_precision != "bf16":
+        out.add("training.compute_precision", f"the torchtitan export does not write FP8 converters "
+                f"yet ('{t.compute_precision}')", TITAN, "torchtitan/components/quantization/float8.py")
+    return out
