@@ -83,10 +83,13 @@ def megatron_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     return out
 
 
-def layout_string(split: list[int]) -> str:
+def layout_string(split: list[int], mtp_layers: int = 0) -> str:
     """--pipeline-model-parallel-layout for layers per virtual stage (stage i on rank i mod pp,
-    pipeline_parallel_layer_layout.py): 'E' embedding first, 'L' loss last, 't*n' layers."""
+    pipeline_parallel_layer_layout.py): 'E' embedding first, 'L' loss last, 't*n' layers, and
+    'm' once per multi-token-prediction layer in the last stage before the loss (validate_layer_layout
+    L112-133 d98e8a64: the count must equal --mtp-num-layers, in a rank's last virtual stage)."""
     stages = [f"t*{n}" for n in split]
+    stages[-1] += "m" * mtp_layers
     return "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"]) if len(stages) > 1 else f"E{stages[0]}L"
 
 
@@ -98,7 +101,7 @@ def _pipeline_args(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) ->
         if _first_last(layout, ranks):
             return ["--decoder-first-pipeline-num-layers", str(ranks[0]),
                     "--decoder-last-pipeline-num-layers", str(ranks[-1])]
-        return ["--pipeline-model-parallel-layout", layout_string(list(split or []))]
+        return ["--pipeline-model-parallel-layout", layout_string(list(split or []), m.mtp_layers)]
     if layout.vpp > 1:
         return ["--num-layers-per-virtual-pipeline-stage", str(m.layers // (layout.pp * layout.vpp))]
     return []

@@ -15,8 +15,8 @@ from solver.cost import memory as M
 from solver.cost.state import framework_state_bytes
 from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
 from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_stages import moe_stage_terms
 from solver.cost.terms import CostContext
-from solver.errors import Problem, SpecError
 from solver.specs import LayoutSpec, Recompute, ZeroStage
 
 
@@ -107,10 +107,10 @@ def split_memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) ->
     """Memory terms of the busiest rank of layout.pipeline_layers (stage by stage)."""
     lo = layout
     assert lo.pipeline_layers is not None  # callers route only explicit splits here
-    if ctx.model.moe is not None:
-        raise SpecError("layout.pipeline_layers: per-stage memory of an explicit pipeline split is not "
-                        "modelled for mixture-of-experts models yet (leave it unset: even stages)",
-                        [Problem("layout.pipeline_layers", "explicit splits of MoE models are not modelled")])
+    if ctx.model.moe is not None:  # dense and MoE layers per rank (solver.cost.moe_stages)
+        terms = moe_stage_terms(ctx, lo, grad_accum, **buffer_terms(ctx, lo))
+        totals = [compose_memory(t)["total"] for t in terms]
+        return terms[totals.index(max(totals))]
     profile = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                             micro_batch=lo.micro_batch, pp=lo.pp, vpp=lo.vpp, grad_accum=grad_accum,
                             split=lo.pipeline_layers)

@@ -80,7 +80,7 @@ def megatron_violations(args: list[str]) -> list[str]:
         out.append("at most one of the virtual-pipeline options")
     vpp = None
     if layout is not None:
-        out += _layout_string_violations(layout, layers, pp)
+        out += _layout_string_violations(layout, layers, pp, a.get("mtp_num_layers") or 0)
         if first is not None or last is not None:
             out.append("a layout string defines the first and last stages itself")
         vpp, first, last = len(layout.split("|")) // pp, None, None
@@ -100,7 +100,8 @@ def megatron_violations(args: list[str]) -> list[str]:
         out.append("interleaving without p2p overlap needs pp > 2")
     if vpp is not None and pp == 1:
         out.append("interleaving needs pp > 1")
-    out += _uneven_violations(layers, pp, vpp, first, last)
+    if layout is None:  # with a layout string only validate_layer_layout runs (transformer_config.py L2242-2292)
+        out += _uneven_violations(layers, pp, vpp, first, last)
     if a["overlap_param_gather"] and not (a["use_distributed_optimizer"] or a["use_megatron_fsdp"]):
         out.append("--overlap-param-gather needs the distributed optimizer or Megatron-FSDP")
     if a["overlap_param_gather"] and not a["overlap_grad_reduce"]:
@@ -136,7 +137,7 @@ def _moe_violations(a: dict[str, Any]) -> list[str]:
     return out
 
 
-def _layout_string_violations(text: str, layers: int, pp: int) -> list[str]:
+def _layout_string_violations(text: str, layers: int, pp: int, mtp_layers: int = 0) -> list[str]:
     """PipelineParallelLayerLayout.parse_str_to_list and validate_layer_layout, re-implemented."""
     import re
 
@@ -154,6 +155,8 @@ def _layout_string_violations(text: str, layers: int, pp: int) -> list[str]:
         out.append("the layout must start with one E and end with one L")
     if joined.count("t") != layers:
         out.append("layout decoder layers != num_layers")
+    if joined.count("m") != mtp_layers:  # validate_layer_layout L112-114
+        out.append("layout mtp layers != mtp_num_layers")
     return out
 
 
