@@ -33,17 +33,18 @@ def stage(name: str) -> None:
 
 
 def _inputs(body: dict[str, Any], settings) -> tuple:
-    from service.admission import admit
+    """(model, cluster, training, options, limits, the search domains admission computed)."""
+    from service.admission import admit_search
     from service.routers.common import search_inputs
 
     stage("parse")
     fields = SimpleNamespace(**{"options": None, **body})
     model, cluster, training, options, limits = search_inputs(fields, settings)
     stage("admit")
-    work = admit(model, cluster, training, options, settings)
+    work, domains = admit_search(model, cluster, training, options, settings)
     stage("search")
     return model, cluster, training, options, {**limits, "deadline_s": settings.max_time_limit_s,
-                                               "work": work}
+                                               "work": work}, domains
 
 
 def _with_exports(entry: dict[str, Any], model, cluster, training) -> dict[str, Any]:
@@ -84,8 +85,9 @@ def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers.errors import jsonable
 
     body, profile = _profile(body)
-    model, cluster, training, options, limits = _inputs(body, settings)
-    result = solving.run_search(model, cluster, training, options, _checked(profile, training))
+    model, cluster, training, options, limits, domains = _inputs(body, settings)
+    result = solving.run_search(model, cluster, training, options, _checked(profile, training),
+                                domains)
     stage("exports")
     result["layouts"] = [_with_exports(e, model, cluster, training)
                          for e in result.get("layouts", [])]
@@ -98,7 +100,7 @@ def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers.errors import jsonable
 
     body, profile = _profile(body)
-    model, cluster, training, options, limits = _inputs(body, settings)
+    model, cluster, training, options, limits, _domains = _inputs(body, settings)
     plan = jsonable(solving.run_plan(model, cluster, training, options, _checked(profile, training)))
     stage("report")
     report = jsonable(solving.report_data(plan, model, cluster))

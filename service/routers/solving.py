@@ -38,9 +38,11 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
                   "time_limit_capped": asked > settings.max_time_limit_s, "workers": workers}
 
 
-def run_search(model, cluster, training, options, profile: Any = None) -> dict[str, Any]:
+def run_search(model, cluster, training, options, profile: Any = None,
+               domains: Any = None) -> dict[str, Any]:
     """Ranked layouts (solver.search.search_layouts), its cost tables from the worker's
-    cache (service.tables) when this problem was solved before. Raises: InfeasibleError,
+    cache (service.tables) when this problem was solved before; `domains`: the search
+    domains admission computed (service.admission.admit_search). Raises: InfeasibleError,
     SpecError, SolverTimeoutError."""
     try:
         from solver.search import search_layouts
@@ -51,7 +53,7 @@ def run_search(model, cluster, training, options, profile: Any = None) -> dict[s
 
     cost_options = None if profile is None else profile.options
     result = search_layouts(model, cluster, training, options, cost_options=cost_options,
-                            rows_builder=TABLES.builder(cost_options))
+                            rows_builder=TABLES.builder(cost_options), domains=domains)
     result.step_band = None if profile is None else profile.step_band  # a calibrated profile's band
     return result.as_dict()
 

@@ -43,13 +43,16 @@ def default_evaluator(model, cluster, training, options, cost_options=None) -> E
 def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                    options: SearchOptions | dict | None = None, *, cost_options: Any = None,
                    rows_builder: RowsBuilder | None = None, evaluator: Evaluator | None = None,
-                   explain: bool = True) -> SearchResult:
+                   explain: bool = True, domains: Any = None) -> SearchResult:
     """Ranked distinct layouts, best first (_search_layouts), each with its run at the
-    predicted step time with failures (objective.run_outcome: days, GPU-hours, cost)."""
+    predicted step time with failures (objective.run_outcome: days, GPU-hours, cost).
+    `domains`: space.domains(model, cluster, training, options) when the caller already
+    computed them (the service's admission), so they are not computed again."""
     import dataclasses
 
     res = _search_layouts(model, cluster, training, options, cost_options=cost_options,
-                          rows_builder=rows_builder, evaluator=evaluator, explain=explain)
+                          rows_builder=rows_builder, evaluator=evaluator, explain=explain,
+                          domains=domains)
     factor = wall_factor_of(model, cluster, training)
     res.layouts = [dataclasses.replace(r, run=run_outcome(training, r.layout, r.estimate.step_time_s,
                                                            factor(r.layout)))
@@ -60,7 +63,7 @@ def search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
 def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                     options: SearchOptions | dict | None = None, *, cost_options: Any = None,
                     rows_builder: RowsBuilder | None = None, evaluator: Evaluator | None = None,
-                    explain: bool = True) -> SearchResult:
+                    explain: bool = True, domains: Any = None) -> SearchResult:
     """Ranked distinct layouts, best first, each re-evaluated by the cost model.
 
     When no layout can use all the GPUs (options.gpus, default all available) and the count
@@ -94,7 +97,7 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     def make_evaluator(o: SearchOptions) -> Evaluator:
         return evaluator or default_evaluator(model, cluster, training, o, cost_options)
 
-    rows = rows_builder(LayoutModel(model, cluster, training, options))
+    rows = rows_builder(LayoutModel(model, cluster, training, options, dom=domains))
     if not rows.pipe_keys or not rows.shard_keys:
         if not options.gpus_may_vary:  # no layout uses all the GPUs: try the largest usable counts
             from solver.search.fallback import search_fewer_gpus

@@ -35,10 +35,13 @@ class LayoutModel:
     """A CP-SAT model whose solutions are exactly the structurally valid layouts."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                 options: SearchOptions, explain: bool = False) -> None:
+                 options: SearchOptions, explain: bool = False, dom: Domains | None = None) -> None:
+        """dom: space.domains(model, cluster, training, options) when the caller has them
+        (service admission); not used with explain (its domains are the raw ones)."""
         self.spec, self.cluster, self.training, self.options = model, cluster, training, options
         self.cp = cp_model.CpModel()
-        self.dom: Domains = domains(model, cluster, training, options, raw=explain)
+        self.dom: Domains = dom if dom is not None and not explain else domains(
+            model, cluster, training, options, raw=explain)
         self.literals: dict[str, cp_model.IntVar] = {}
         self.explain = explain
         self.var: dict[str, cp_model.IntVar] = {}
