@@ -54,3 +54,33 @@ def test_cache_is_bounded_and_cleared_with_the_worker_caches(monkeypatch):
     TABLES._rows[("x",)] = object()
     trim_caches()
     assert TABLES.cache_info().currsize == 0
+
+
+def test_layouts_job_computes_the_search_domains_once(monkeypatch):
+    """Admission's domains are handed to the search (service.admission.admit_search), not
+    computed again by solver.search.cpsat.LayoutModel; the answer is the same either way."""
+    import json
+
+    import solver.search.cpsat as cpsat
+    import solver.search.space as space
+    from service import jobs
+    from service.settings import Settings
+
+    calls: list = []
+    real = space.domains
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(space, "domains", counted)
+    monkeypatch.setattr(cpsat, "domains", counted)
+    TABLES.cache_clear()
+    body = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
+            "options": {"top_k": 2, "time_limit_s": 5}}
+    settings = Settings.from_env({})
+    jobs.layouts_job(dict(body), settings)
+    out = json.loads(jobs.encoded(jobs.layouts_job(dict(body), settings)))
+    assert len(calls) == 2  # one per job (the second job answered from the table cache)
+    uncached = search_layouts(MODEL, CLUSTER, TRAINING, SearchOptions(top_k=2, time_limit_s=5)).as_dict()
+    assert _ranked(out) == _ranked(uncached)
