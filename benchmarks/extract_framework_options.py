@@ -352,6 +352,9 @@ TITAN_CLASSES = {
     "DeepSeekV3Model.Config": "torchtitan/models/deepseek_v3/model.py",
     "CosSinRoPE.Config": "torchtitan/models/common/rope.py",
     "MoE.Config": "torchtitan/models/common/moe.py",
+    # FP8 (service/launchers/torchtitan.py fp8_converters)
+    "Float8LinearConverter.Config": "torchtitan/components/quantization/float8.py",
+    "MXFP8LinearConverter.Config": "torchtitan/components/quantization/mx.py",
 }
 TITAN_FUNCTIONS = {
     "_build_llama3_layers": "torchtitan/models/llama3/__init__.py",
@@ -373,6 +376,8 @@ TITAN_MODULES = {
     "torchtitan.models.qwen3.model": "torchtitan/models/qwen3/model.py",
     "torchtitan.models.deepseek_v3": "torchtitan/models/deepseek_v3/__init__.py",
     "torchtitan.models.deepseek_v3.model": "torchtitan/models/deepseek_v3/model.py",
+    "torchtitan.components.quantization": "torchtitan/components/quantization/__init__.py",
+    "torchtitan.models.utils": "torchtitan/models/utils.py",
 }
 # Functions by the module they are imported from (names repeat across model modules, e.g.
 # model_registry): module -> function -> its path; the exported module's calls are checked
@@ -387,6 +392,7 @@ TITAN_MODULE_FUNCTIONS = {
         "model_registry", "build_mla_moe_layers", "_output_linear_init", "_depth_init", "_depth_experts_init"]),
     "torchtitan.models.llama3": ("torchtitan/models/llama3/__init__.py", [
         "model_registry", "_build_llama3_layers", "_output_linear_init"]),
+    "torchtitan.models.utils": ("torchtitan/models/utils.py", ["validate_converter_order"]),
 }
 # The flavor tables of model_registry (module -> the dict it indexes).
 TITAN_FLAVORS = {"torchtitan.models.llama3": ("torchtitan/models/llama3/__init__.py", "llama3_configs"),

@@ -164,6 +164,39 @@ from torchtitan.models.llama3.model import Llama3Model
 '''
 
 
+# FP8 recipe -> torchtitan's linear converter at b5bcd76c (components/quantization/float8.py:
+# Float8LinearConverter recipe_name "rowwise"; mx.py: MXFP8LinearConverter with an include list
+# of module FQNs). The LM head stays BF16 in both, as solver.cost.fp8 charges ("output" filtered,
+# float8.md). Per-tensor "fp8-current" (tensorwise) was removed before this commit: refused up
+# front (solver.frameworks.models).
+FP8_CONVERTERS = {
+    "fp8-rowwise": ("Float8LinearConverter", 'Float8LinearConverter.Config(recipe_name="rowwise", '
+                                             'filter_fqns=["lm_head"])'),
+    "mxfp8": ("MXFP8LinearConverter", 'MXFP8LinearConverter.Config(fqns=["layers"])'),
+}
+
+
+def fp8_code(t: TrainingSpec) -> tuple[str, str]:
+    """(imports, the _converted() function) applying the FP8 recipe's converter to the model
+    config the way model_registry does (validate_converter_order, then build().convert());
+    empty strings for BF16."""
+    if t.compute_precision not in FP8_CONVERTERS:
+        return "", ""
+    cls, config = FP8_CONVERTERS[t.compute_precision]
+    imports = (f"from torchtitan.components.quantization import {cls}\n"
+               "from torchtitan.models.utils import validate_converter_order\n")
+    return imports, f'''
+
+def _converted(model):
+    """{t.compute_precision}: torchtitan's converter, applied as model_registry applies converters."""
+    converters = [{config}]
+    validate_converter_order(converters)
+    for converter in converters:
+        model = converter.build().convert(model)
+    return model
+'''
+
+
 def module_name(m: ModelSpec) -> str:
     """A Python module name for the model's configuration file."""
     return "trainplan_" + (re.sub(r"\W+", "_", m.name.lower()).strip("_") or "model")
@@ -184,12 +217,14 @@ def torchtitan_module(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
         imports, model_code, registry = LLAMA3_IMPORTS, _model_code(m, t), 'model_registry("8B")'
     else:
         imports, model_code, registry = moe_imports(m), moe_model_code(m, t), registry_call(m)
-    return (head + BASE_IMPORTS + imports + "\n\n" + model_code + f'''
+    fp8_imports, converted = fp8_code(t)
+    model = "_converted(_model())" if converted else "_model()"
+    return (head + BASE_IMPORTS + imports + fp8_imports + "\n\n" + model_code + converted + f'''
 
 def {CONFIG_FN}() -> Trainer.Config:
     """llama3_8b's data, optimizer, checkpoint and metrics (edit for your run) with this model and layout."""
     config = llama3_8b()
-    config.model_spec = dataclasses.replace({registry}, flavor="trainplan", model=_model())
+    config.model_spec = dataclasses.replace({registry}, flavor="trainplan", model={model})
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),
     )
@@ -219,6 +254,10 @@ def torchtitan_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchru
              "and optimizer come from llama3_8b(): edit them for your run",
              "the module imports private builders of torchtitan.models.llama3 (_build_llama3_layers, "
              "param inits) as its own _70b does; they may move in later torchtitan releases"]
+    if t.compute_precision in FP8_CONVERTERS:
+        notes.append("torchtitan's FP8 converters need torchao and SM89+ (MXFP8: SM100), and reach their speed "
+                     "under torch.compile (components/quantization/float8.md): enable config.compile for the "
+                     "model")
     if layout.zero_stage == 1:
         notes.append("ZeRO-1 is FSDP2 under pipelining: each stage keeps gradients unsharded "
                      "through the step and reduce-scatters once (torch pipelining stage.py)")

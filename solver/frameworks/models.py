@@ -191,7 +191,8 @@ def training_rules(framework: str, m: Any, t: Any) -> _Rules:
         out.add("training.moe_capacity_factor", "torchtitan's standard token dispatcher "
                 "(AllToAllTokenDispatcher) drops no tokens: it has no capacity factor", TITAN,
                 "torchtitan/models/common/config_utils.py")
-    if framework == "torchtitan" and t.compute_precision != "bf16":
-        out.add("training.compute_precision", f"the torchtitan export does not write FP8 converters "
-                f"yet ('{t.compute_precision}')", TITAN, "torchtitan/components/quantization/float8.py")
+    if framework == "torchtitan" and t.compute_precision == "fp8-current":
+        out.add("training.compute_precision", "torchtitan's Float8LinearConverter takes recipe_name 'rowwise' "
+                "or 'rowwise_with_gw_hp' only: per-tensor (tensorwise) scaling was removed (6348d93d); "
+                "use 'fp8-rowwise' or 'mxfp8'", TITAN, "torchtitan/components/quantization/float8.py")
     return out

@@ -36,13 +36,30 @@ def test_bf16_writes_no_fp8_flag():
 
 
 @pytest.mark.parametrize(("framework", "precision"), [
-    ("deepspeed", "fp8-delayed"), ("torchtitan", "fp8-rowwise"), ("torchtitan", "fp8-delayed"),
+    ("deepspeed", "fp8-delayed"), ("torchtitan", "fp8-current"), ("torchtitan", "fp8-delayed"),
     ("megatron-core", "fp8-rowwise")])
 def test_recipes_a_framework_cannot_export_are_refused(framework, precision):
     layout = LAYOUT if framework != "deepspeed" else LAYOUT.model_copy(update={"tp": 1, "dp": 512,
                                                                            "sequence_parallel": False})
     rules = framework_rules(framework, load_model("seed-70b"), _training(precision, framework), layout, None)
     assert "training.compute_precision" in [field for field, _ in rules]
+
+
+@pytest.mark.parametrize(("precision", "converter"), [
+    ("fp8-rowwise", 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
+    ("mxfp8", 'MXFP8LinearConverter.Config(fqns=["layers"])')])
+def test_torchtitan_writes_its_fp8_converter(precision, converter):
+    """torchtitan b5bcd76c components/quantization/float8.py and mx.py: the converter is applied
+    to the model config as model_registry applies converters; the LM head stays BF16."""
+    from service.launchers.torchtitan import torchtitan_module
+    from tests.service.framework_options import torchtitan_module_problems
+
+    module = torchtitan_module(load_model("seed-70b"), _training(precision, "torchtitan"),
+                               LAYOUT.model_copy(update={"sequence_parallel": False}))
+    assert torchtitan_module_problems(module) == []
+    assert converter in module and "model=_converted(_model())" in module
+    bf16 = torchtitan_module(load_model("seed-70b"), _training("bf16", "torchtitan"), LAYOUT)
+    assert "_converted" not in bf16 and "quantization" not in bf16
 
 
 def test_cli_refuses_mxfp8_on_hopper_with_exit_2(capsys):
