@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from solver.cost import compute as C
+from solver.cost import compute as C, shared_times
 from solver.cost.accounting import ParameterCounts, parameter_counts
 from solver.cost.communication import achieved_link, allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s
 from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
@@ -84,8 +84,7 @@ def with_rank_order(ctx: CostContext, rank_order: str) -> CostContext:
 
 @lru_cache(maxsize=65536)
 def _layer(ctx: CostContext, tp: int, cp: int, sp: bool, micro_batch: int) -> C.LayerTimes:
-    return C.layer_times(ctx.model, ctx.seq_len, ctx.training.attention_kernel, ctx.cluster.gpu,
-                         ctx.options, tp, cp, sp, micro_batch, ctx.fp8_work)
+    return shared_times.layer_times(ctx, tp, cp, sp, micro_batch)  # equal to compute.layer_times
 
 
 def _activation_msg_bytes(ctx: CostContext, cp: int, micro_batch: int) -> float:
@@ -188,7 +187,7 @@ def head_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: i
     an all-reduce bwd without). With pp = 1 the same rank also runs the token embedding.
     """
     gpu, o = ctx.cluster.gpu, ctx.options
-    t = C.head_times_s(ctx.model, ctx.seq_len, gpu, o, tp, cp, sp, micro_batch)
+    t = shared_times.head_times_s(ctx, tp, cp, sp, micro_batch)  # equal to compute.head_times_s
     if tp > 1:
         lk, msg = link(ctx, "tp", tp=tp), _activation_msg_bytes(ctx, cp, micro_batch)
         t += allgather_s(msg, lk) + reduce_scatter_s(msg, lk) if sp else allreduce_s(msg, lk)

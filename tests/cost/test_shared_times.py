@@ -1,0 +1,47 @@
+"""solver.cost.shared_times: GPU times shared across problems are the functions' own values,
+reused only by problems whose model, sequence, kernel, GPU, options and FP8 work are equal."""
+from __future__ import annotations
+
+from solver.cost import compute as C
+from solver.cost import terms as T
+from solver.cost.estimate import make_context
+from solver.cost.shared_times import GPU_TIMES, SharedGpuTimes
+from solver.presets import load_model, load_training
+from topology.catalog import load_cluster
+
+MODEL, CLUSTER, TRAINING = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
+
+
+def _ctx(nodes: int = 64, seq_len: int = 8192, bw: float = 45.0):
+    cluster = CLUSTER.model_copy(update={"nodes": nodes, "name": f"c{nodes}",
+                                         "inter_node": CLUSTER.inter_node.model_copy(
+                                             update={"bandwidth_gb_s": bw})})
+    training = TRAINING.model_copy(update={"seq_len": seq_len})
+    return make_context(MODEL, cluster, training)
+
+
+def test_values_equal_the_compute_functions_and_are_shared_by_cluster_size_and_network():
+    GPU_TIMES.cache_clear()
+    a, b, c = _ctx(), _ctx(nodes=32, bw=90.0), _ctx(seq_len=4096)
+    direct = C.layer_times(MODEL, 8192, TRAINING.attention_kernel, CLUSTER.gpu, a.options, 4, 1, True, 2,
+                           a.fp8_work)
+    assert T._layer(a, 4, 1, True, 2) == direct
+    head = C.head_times_s(MODEL, 8192, CLUSTER.gpu, a.options, 4, 1, True, 2)
+    assert T.head_extra_s(a, tp=1, cp=1, sp=False, micro_batch=2, pp=2) == C.head_times_s(
+        MODEL, 8192, CLUSTER.gpu, a.options, 1, 1, False, 2)
+    hits, misses = GPU_TIMES.hits, GPU_TIMES.misses
+    assert T._layer(b, 4, 1, True, 2) == direct  # another cluster size and network: shared
+    assert GPU_TIMES.hits == hits + 1
+    assert T._layer(c, 4, 1, True, 2) != direct  # another sequence length: its own value
+    assert GPU_TIMES.misses == misses + 1
+    from solver.cost.shared_times import head_times_s
+    assert head_times_s(b, 4, 1, True, 2) == head
+
+
+def test_bounded_and_cleared():
+    shared = SharedGpuTimes(max_entries=2)
+    ctx = _ctx()
+    values = [shared.get(ctx, (i,), lambda i=i: i * 10) for i in range(3)]
+    assert values == [0, 10, 20] and shared.cache_info()[3] == 1  # emptied when full, then 20 stored
+    shared.cache_clear()
+    assert shared.cache_info()[3] == 0
