@@ -9,7 +9,6 @@ results: no prediction changes.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 from collections.abc import Callable
 
@@ -19,7 +18,7 @@ from solver.cost import compute as C
 class SharedGpuTimes:
     """Values keyed by (the problem's inputs to the GPU-time functions, the call's own
     arguments). A problem's inputs are compared by value once per CostContext and stand for
-    a small integer afterwards (never reused). At most `max_entries` values and MAX_INPUTS
+    a small integer afterwards (never reused; kept on the context). At most `max_entries` values and MAX_INPUTS
     distinct inputs (each emptied when full); `cache_clear` (service.jobs.trim_caches calls
     it with the functools caches) empties both."""
 
@@ -29,12 +28,14 @@ class SharedGpuTimes:
         self.max_entries = max_entries
         self._next = 0
         self._tokens: dict[tuple, int] = {}
-        self._of_context: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._values: dict[tuple, Any] = {}
         self.hits = self.misses = 0
 
     def _token(self, ctx: Any) -> int:
-        token = self._of_context.get(ctx)
+        # kept on the context itself, as functools.cached_property keeps its value (a frozen
+        # dataclass's __dict__); a token is never reused, so one kept past cache_clear still
+        # stands for the same inputs
+        token = vars(ctx).get("_gpu_times_token")
         if token is None:
             inputs = (ctx.model, ctx.seq_len, ctx.training.attention_kernel, ctx.cluster.gpu, ctx.options,
                       ctx.fp8_work)
@@ -43,7 +44,7 @@ class SharedGpuTimes:
                     self._tokens.clear()
                 self._tokens[inputs] = self._next
                 self._next += 1
-            token = self._of_context[ctx] = self._tokens[inputs]
+            token = vars(ctx)["_gpu_times_token"] = self._tokens[inputs]
         return token
 
     def get(self, ctx: Any, key: tuple, compute: Callable[[], Any]) -> Any:
@@ -66,7 +67,6 @@ class SharedGpuTimes:
     def cache_clear(self) -> None:
         self._values.clear()
         self._tokens.clear()
-        self._of_context.clear()
 
 
 GPU_TIMES = SharedGpuTimes()
