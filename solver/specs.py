@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName, Fp8Recipe
+from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName, Fp8Recipe, RecomputeModule
 from solver.model_parts import MLASpec, MoESpec, QkNorm
 from topology.spec import StrictModel
 
@@ -190,6 +190,13 @@ class TrainingSpec(StrictModel):
         description="Token dispatch/combine all-to-all hidden under another micro-batch's compute "
                     "(Megatron --overlap-moe-expert-parallel-comm, default off: "
                     "megatron/core/model_parallel_config.py, NVIDIA/Megatron-LM d98e8a64).")
+
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None, strict=False, min_length=1,
+        description="The modules selective recompute repeats, Megatron-Core's --recompute-modules "
+                    "(core_attn, mla_up_proj, layernorm, moe_act, mlp; transformer_config.py "
+                    "NVIDIA/Megatron-LM d98e8a64); None: the framework's set for the model "
+                    "(solver.cost.recompute). Used by layouts with recompute 'selective'.")
 
     @field_validator("currency")
     @classmethod

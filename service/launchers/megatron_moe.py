@@ -85,9 +85,10 @@ def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
 def recompute_module_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
     """--recompute-modules for selective recompute of a MoE model: the set the cost model charges
     (solver.cost.recompute.module_list, the megatron-core profile's memory.moe_selective_modules);
-    [] for a dense model (Megatron's default, core_attn) and for other recompute levels.
+    training.recompute_modules when given; [] for a dense model without them (Megatron's default,
+    core_attn) and for other recompute levels.
     (moemem's addition to this file: transformer_config.py L534-575 d98e8a64, a List[str].)"""
-    if layout.recompute != "selective" or m.moe is None:
+    if layout.recompute != "selective" or (m.moe is None and t.recompute_modules is None):
         return []
     return ["--recompute-modules", *module_list(m, t, load_framework("megatron-core"))]
 

@@ -27,7 +27,7 @@ from functools import lru_cache
 from solver.cost import moe_layer as ML
 from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
-from solver.cost.recompute import moe_act_recompute_s
+from solver.cost.recompute import mlp_recompute_s, moe_act_recompute_s
 from solver.cost.terms import CostContext, DpTraffic, bucketed_traffic, layer_tp_comm_s
 from solver.specs import Recompute
 from topology.collectives import alltoall_time_s
@@ -163,6 +163,7 @@ def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recomput
         sh = ML.expert_shape(ctx.model, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch,
                              ep=ep, etp=etp)
         compute += moe_act_recompute_s(ctx, routed_rows=sh.busy_rows * sh.local_experts, width=sh.width)
+        compute -= mlp_recompute_s(ctx, tp=tp, cp=cp, micro_batch=micro_batch)  # no dense MLP to redo
     return compute, blk.forward_s + blk.backward_s
 
 

@@ -36,7 +36,7 @@ from solver.cost.compute import ACT_BYTES
 from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
-from solver.cost.recompute import dropped_moe_bytes
+from solver.cost.recompute import dropped_moe_bytes, mlp_dropped_bytes
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
 from solver.specs import Recompute, ZeroStage
@@ -86,6 +86,7 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     if recompute == "selective":  # moe_act / layernorm outputs discarded (solver.cost.recompute)
         moe -= dropped_moe_bytes(ctx, routed_rows=rows, width=sh.width, norm_rows=s_b / tp if tp > 1 else s_b,
                                  shard_tokens=sh.tokens, shared=bool(sh.shared_width))
+        moe += mlp_dropped_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)  # mlp spares MoE layers
     return moe - dense
 
 

@@ -19,7 +19,10 @@ an empty set falls back to the default core_attn. Each module discards its outpu
   values each at the bytes they were charged (1 with FP8 saved inputs, else 2); both norms'
   forward again (transformer_layer.py L470-536);
 - moe_act: the routed experts' activation output (fc2's input), R F' values at the bytes it was
-  charged; the activation function's forward again (experts.py L269-276, L1019-1030).
+  charged; the activation function's forward again (experts.py L269-276, L1019-1030);
+- mlp: a dense layer's MLP under standard checkpointing (its input kept): the FFN activations,
+  and the FFN forward again; MoE layers are untouched (transformer_layer.py L538-540).
+training.recompute_modules states the set explicitly (checked as Megatron does, check_modules).
 """
 from __future__ import annotations
 
@@ -44,8 +47,12 @@ def selective_modules(ctx: CostContext) -> frozenset[str]:
 
 
 def modules_for(model: ModelSpec, training: TrainingSpec, framework: FrameworkProfile) -> frozenset[str]:
-    """The framework's MoE selective set for a MoE model, less what Megatron refuses for this
-    model or recipe; core_attn otherwise (module docstring)."""
+    """training.recompute_modules when given (checked: check_modules), else the framework's MoE
+    selective set for a MoE model less what Megatron refuses for this model or recipe, else
+    core_attn (module docstring)."""
+    if training.recompute_modules is not None:
+        check_modules(model, training)
+        return frozenset(training.recompute_modules)
     cited = framework.memory.moe_selective_modules
     if model.moe is None or cited is None:
         return CORE_ATTN
@@ -57,9 +64,27 @@ def modules_for(model: ModelSpec, training: TrainingSpec, framework: FrameworkPr
     return frozenset(out) or CORE_ATTN
 
 
+def check_modules(model: ModelSpec, training: TrainingSpec) -> None:
+    """Megatron-Core's checks on an explicit --recompute-modules (transformer_config.py L1964-2012
+    d98e8a64). Raises: SpecError naming training.recompute_modules."""
+    mods, why = set(training.recompute_modules or ()), []
+    if training.framework != "megatron-core":
+        why.append(f"{training.framework} has no per-module selective recompute (a Megatron-Core option)")
+    if "mla_up_proj" in mods and model.mla is None:
+        why.append("mla_up_proj needs multi-head latent attention (model.mla)")
+    if "moe_act" in mods and model.moe is None:
+        why.append("moe_act needs a mixture-of-experts model (model.moe)")
+    if mods & {"moe_act", "layernorm"} and training.compute_precision == "fp8-delayed":
+        why.append("delayed FP8 scaling refuses moe_act and layernorm recompute")
+    if why:
+        from solver.errors import Problem, SpecError
+        raise SpecError("training.recompute_modules: " + "; ".join(why),
+                        [Problem("training.recompute_modules", w) for w in why])
+
+
 def module_list(model: ModelSpec, training: TrainingSpec, framework: FrameworkProfile) -> list[str]:
     """modules_for in the order of Megatron's --recompute-modules help (the export's order)."""
-    order = ("core_attn", "moe_act", "layernorm", "mla_up_proj")
+    order = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp")
     mods = modules_for(model, training, framework)
     return [m for m in order if m in mods]
 
@@ -82,7 +107,30 @@ def dropped_dense_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_b
         out += ACT_BYTES * s_b * m.heads / tp * (2 * a.qk_head_dim + a.v_head_dim)
     if "layernorm" in mods:
         out += 2 * s_b * m.hidden * (1.0 / tp if sp else 1.0) * saved_bytes_per_value(ctx)
-    return out
+    return out + mlp_dropped_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)
+
+
+def mlp_dropped_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """Under mlp (a dense layer's MLP checkpointed, standard checkpointing that keeps its input):
+    the FFN's activation input(s) and output, 2 s b (F / t)(g + 1), less the byte the FP8 saved
+    inputs already took off the FFN-down input; 0 without mlp. A MoE layer's MLP is not a dense
+    MLP (transformer_layer.py L538-540): moe_memory adds this back for MoE layers."""
+    if "mlp" not in selective_modules(ctx):
+        return 0.0
+    m = ctx.model
+    s_b, ffn = ctx.seq_len / cp * micro_batch, m.ffn_hidden / tp
+    out = ACT_BYTES * s_b * ffn * ((2 if m.ffn_gated else 1) + 1)
+    return out - (s_b * ffn * (ACT_BYTES - FP8_BYTES) if saved_bytes_per_value(ctx) == FP8_BYTES else 0.0)
+
+
+def mlp_recompute_s(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """Under mlp, a dense layer's MLP forward again, seconds per micro-batch (moe_layer.
+    dense_ffn_times' forward: FFN GEMMs, activation, FP8 casts); 0 without mlp."""
+    if "mlp" not in selective_modules(ctx):
+        return 0.0
+    from solver.cost.moe_layer import dense_ffn_times
+    return dense_ffn_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
+                           micro_batch=micro_batch, fp8=ctx.fp8_work)[0]
 
 
 def dropped_moe_bytes(ctx: CostContext, *, routed_rows: float, width: float, norm_rows: float,
@@ -123,10 +171,12 @@ def up_proj_flops_per_token(ctx: CostContext) -> float:
 def recompute_flops_per_token(ctx: CostContext, attn_fwd_flops: float) -> float:
     """Forward FLOPs per token selective recompute repeats over the model's layers (HFU):
     the attention core's forward (`attn_fwd_flops`, all layers) when core_attn is in the set,
-    and every layer's MLA up projections under mla_up_proj. Norms and activations are
-    elementwise (no GEMM FLOPs)."""
+    every layer's MLA up projections under mla_up_proj, the dense layers' FFN under mlp. Norms
+    and activations are elementwise (no GEMM FLOPs)."""
     mods = selective_modules(ctx)
     out = attn_fwd_flops if "core_attn" in mods else 0.0
     if "mla_up_proj" in mods:
         out += up_proj_flops_per_token(ctx) * (ctx.model.layers + ctx.model.mtp_layers)
+    if "mlp" in mods:  # the dense layers' FFN forward (2 FLOPs per weight per token)
+        out += 2.0 * ctx.params.ffn_per_layer * ctx.params.dense_layers
     return out

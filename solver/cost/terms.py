@@ -17,7 +17,7 @@ from solver.cost.accounting import ParameterCounts, parameter_counts
 from solver.cost.communication import achieved_link, allgather_s, allreduce_s, bucketed_s, p2p_s, reduce_scatter_s
 from solver.cost.fp8 import FP8_BYTES, Fp8Work, check_compute_precision, fp8_work
 from solver.cost.options import DEFAULT_OPTIONS, CostOptions
-from solver.cost.recompute import selective_modules
+from solver.cost.recompute import mlp_recompute_s, selective_modules
 from solver.frameworks import FrameworkProfile, load_framework
 from solver.specs import DEFAULT_RANK_ORDER, ModelSpec, Recompute, TrainingSpec, ZeroStage
 from topology.groups import GroupLink, group_links
@@ -96,7 +96,8 @@ def layer_compute_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: 
                     micro_batch: int) -> float:
     """One layer, one micro-batch: forward + backward (2x forward GEMMs) + recompute, seconds."""
     lt = _layer(ctx, tp, cp, sp, micro_batch)
-    return lt.forward_s + lt.backward_s + lt.recompute_s(recompute, selective_modules(ctx))
+    extra = mlp_recompute_s(ctx, tp=tp, cp=cp, micro_batch=micro_batch) if recompute == "selective" else 0.0
+    return lt.forward_s + lt.backward_s + lt.recompute_s(recompute, selective_modules(ctx)) + extra
 
 
 def layer_tp_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,

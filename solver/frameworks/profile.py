@@ -76,8 +76,8 @@ class CitedSelectivePolicy(_Cited):
 
 
 # Megatron-Core's --recompute-modules names that trainplan's memory and time model (the
-# others: "mlp", "moe", "shared_experts" and the Mamba/GDN/mHC modules are not charged).
-RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "moe_act"]
+# others: "moe", "shared_experts" and the Mamba/GDN/mHC modules are not charged).
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp"]
 
 
 class CitedRecomputeModules(_Cited):

@@ -21,6 +21,7 @@ from solver.cost import memory as M
 from solver.cost.estimate import estimate_layout, make_context
 from solver.cost.moe_memory import moe_layer_activation_extra_bytes
 from solver.cost.recompute import modules_for, selective_modules
+from solver.errors import SpecError
 from solver.frameworks import load_framework
 from solver.presets import load_model, load_training
 from solver.specs import LayoutSpec
@@ -103,3 +104,37 @@ def test_megatron_export_writes_the_charged_modules():
     args = export_layout("megatron-core", dense, BF16, layout.model_copy(update={"ep": 1}),
                          rank_placement(cluster, layout))["args"]
     assert "--recompute-modules" not in args  # Megatron's default core_attn, as charged
+    stated = BF16.model_copy(update={"recompute_modules": ("core_attn", "layernorm")})
+    args = export_layout("megatron-core", dense, stated, layout.model_copy(update={"ep": 1}),
+                         rank_placement(cluster, layout))["args"]
+    assert parse_megatron(args)["recompute_modules"] == ["core_attn", "layernorm"]
+
+
+def test_training_states_the_modules_and_megatrons_refusals_name_the_field():
+    mixtral = load_model(str(HF / "mixtral-8x7b" / "config.json"))
+    stated = FP8.model_copy(update={"recompute_modules": ("mla_up_proj",)})
+    assert modules_for(DSV3, stated, MEGATRON) == {"mla_up_proj"}
+    cases = [(mixtral, stated, "multi-head latent attention"),
+             (DSV3, stated.model_copy(update={"framework": "torchtitan"}), "torchtitan"),
+             (DSV3, stated.model_copy(update={"compute_precision": "fp8-delayed", "recompute_modules": ("moe_act",)}),
+              "delayed FP8")]
+    for model, training, reason in cases:
+        with pytest.raises(SpecError, match=reason) as exc:
+            modules_for(model, training, MEGATRON)
+        assert exc.value.problems[0].field == "training.recompute_modules"
+
+
+def test_mlp_checkpoints_the_dense_mlp_only():
+    ctx = _ctx(BF16.model_copy(update={"recompute_modules": ("mlp",)}))
+    # dense layer: the SwiGLU FFN's two up outputs and the product, 2 x 4096 x 18432 x 3 =
+    # 452,984,832 bytes (core_attn not stated: the log-sum-exp stays); a MoE layer's MLP is not a
+    # dense MLP, so its extra over the dense layer grows by the same amount.
+    assert _layer(ctx, "none") - _layer(ctx, "selective") == pytest.approx(452_984_832, abs=1)
+    assert _moe_extra(ctx, "selective") - _moe_extra(ctx, "none") == pytest.approx(452_984_832, abs=1)
+    fp8 = _ctx(FP8.model_copy(update={"recompute_modules": ("mlp",)}))  # FFN-down input already 1 byte
+    assert _layer(fp8, "none") - _layer(fp8, "selective") == pytest.approx(452_984_832 - 4096 * 18432, abs=1)
+    layout = LayoutSpec(tp=1, pp=16, dp=128, ep=64, etp=1, zero_stage=1, recompute="selective")
+    est = estimate_layout(DSV3, load_cluster("h800-2048"), fp8.training, layout)
+    # HFU: the 3 dense layers' FFN again, 2 x 3 x 7168 x 18432 x 3 = 2,378,170,368 FLOPs per token
+    extra = 2 * 3 * 7168 * 18432 * 3 * est.tokens_per_step
+    assert est.hardware_flops_per_step - est.model_flops_per_step == pytest.approx(extra, rel=1e-12)
