@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from solver.cost.fp8 import Fp8Work, gemm_operand_elements
 from solver.cost.options import AttentionKernel, CostOptions
@@ -73,6 +74,9 @@ def gemm_time_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions, fp8: bo
     return max(compute_s, hbm_bytes / (gpu.hbm_gb_s * 1e9 * opts.hbm_fraction))
 
 
+# Memoized: a search asks for the same GEMM shapes under many layouts (a pure function of
+# hashable arguments: ints, the frozen GpuSpec and CostOptions, a bool).
+@lru_cache(maxsize=1 << 16)
 def gemm_fwd_bwd_s(m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions,
                    fp8: bool = False) -> tuple[float, float, float]:
     """(forward, data-gradient, weight-gradient) times of a linear layer's GEMMs."""

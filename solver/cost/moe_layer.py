@@ -147,6 +147,9 @@ class MoEBlockTimes:
         return self.expert_bwd_s + self.other_bwd_s
 
 
+# Memoized: a search asks for the same expert shapes under many layouts (the rows per expert
+# depend on micro_batch x ep x etp / (cp x tp) only); a pure function of hashable arguments.
+@lru_cache(maxsize=1 << 16)
 def _ffn_fwd_bwd_s(rows: int, width: int, hidden: int, gated: bool, gpu: GpuSpec,
                    opts: CostOptions, groups: int = 1, fp8: bool = False) -> tuple[float, float]:
     """(forward, backward) GEMM seconds of `groups` FFNs of inner `width` on `rows` rows."""

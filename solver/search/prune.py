@@ -10,9 +10,12 @@ all terms >= 0, layers_on_rank(L, pp, vpp) = ceil(L / (pp vpp)) vpp >= L / pp)
 (layer_s = compute + TP + CP time of one layer, v_max the largest vpp of the group's rows;
 for a MoE model L x layer_s becomes L x layer_s + N_moe x the MoE layer's extra time, the
 busiest rank holding at least N_moe / pp of the N_moe MoE layers;
-p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasing bound
-(for a MoE model first with the MoE layer's link-free floor, then, when a group comes up,
-with its exact all-to-all: it is visited only if that bound is still below the cut); each
+p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasing bound,
+raised level by level when a group comes up and re-queued (_lower_s: for a MoE model the
+MoE layer's link-free floor, then its exact all-to-all; then over only the layouts that fit
+memory, with their least p2p time; then their least DP + optimizer and MTP head time), so
+the costlier terms are evaluated only for groups whose cheaper bound is below the cut; a
+group none of whose layouts fits memory is dropped there (it holds no top-K layout); each
 visited group's layouts are evaluated in full (the same memoized terms, the same
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
 best objective (plus a float margin) cannot hold a top-K layout and is dropped along with
@@ -42,6 +45,8 @@ from solver.search.objective import objective_units, run_steps, wall_factor_of
 from solver.search.ties import tie_slack_units
 from solver.specs import LayoutSpec
 
+# Bound levels of _lower_s.
+CHEAP, EXACT_MOE, FITTING, REFINED = 0, 1, 2, 3
 # Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
 MARGIN = 1e-9
 
@@ -77,18 +82,23 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         lower_s = _lower_s(lm, t, g, rows, accum)
         if deadline is not None and run_steps_of(g) * lower_s > deadline * (1 + MARGIN):
             continue  # no layout of the group ends by the deadline
-        bounds.append((objective(g, lower_s), g, not t.moe_mask))  # dense: the bound is final
+        bounds.append((objective(g, lower_s), g, CHEAP))
     heapq.heapify(bounds)
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
     row_best: dict[tuple, float] = {}  # per pipeline key, its best fitting objective
     tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
     while bounds:
-        lb, g, final = heapq.heappop(bounds)
+        lb, g, level = heapq.heappop(bounds)
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
-        if not final:  # MoE: the bound with the group's exact all-to-all, when it is reached
-            heapq.heappush(bounds, (max(lb, objective(g, _lower_s(lm, t, g, by_group[g], accum, True))), g, True))
+        if level < REFINED:  # the next bound level (_lower_s), evaluated only when the group comes up
+            level = level + 1 if level or t.moe_mask else FITTING  # dense: the cheap bound is exact in MoE
+            lower_s = _lower_s(lm, t, g, by_group[g], accum, level)
+            if lower_s == math.inf:  # no layout of the group fits memory: it holds no top-K layout
+                kept.add(g)
+            else:
+                heapq.heappush(bounds, (max(lb, objective(g, lower_s)), g, level))
             continue
         kept.add(g)
         for key, value in _group_values(lm, t, g, by_group[g], accum):
@@ -124,9 +134,65 @@ def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], boun
     return [k for k in keys if pipe_group(k) in kept]
 
 
-def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool = False) -> float:
-    """The group's step-time lower bound (module docstring); for a MoE model the MoE layer's
-    extra is its link-free floor, or with exact_moe its exact value (queries the EP links)."""
+def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP) -> float:
+    """A lower bound on the step time of the group's layouts (module docstring) at one of four
+    levels, each at least the one before; a group is raised a level when it reaches the front
+    of the queue, so the costlier terms are evaluated only for the groups that get there.
+
+    CHEAP (every layout): for a MoE model the MoE layer's extra is its link-free floor.
+    EXACT_MOE (every layout): the MoE layer's exact extra (queries the EP links).
+    FITTING (the layouts that fit memory; math.inf when none does): the bound over only the
+    rows that fit with some ZeRO stage (_fitting), plus the least of their p2p times (the
+    stage holds p2p_per_microbatch_s of its own vpp, >= 0; compose_step_time).
+    REFINED (the layouts that fit memory): plus the least DP + optimizer time of the ZeRO
+    stages that fit (every step adds one: dp_exposed_s + optimizer_s, >= 0) and the least
+    head time with the multi-token-prediction modules over the fitting recompute levels
+    (step.time_terms' head_extra_s = head_extra_s + mtp_s, mtp_s >= 0).
+    """
+    if level < FITTING:
+        return _base_lower_s(lm, t, g, rows, accum, level >= EXACT_MOE)
+    tp, pp, cp, dp, sp, mb, ep, etp = g
+    m = accum(dp, mb)
+    rows, zeros = _fitting(t, g, rows, lm.zero_stages(tp, pp, cp, dp, ep, etp), m)
+    if not rows:
+        return math.inf
+    base = _base_lower_s(lm, t, g, rows, accum, True)
+    if lm.options.split_stages:  # explicit splits (dense): the stage bound above, plus DP + optimizer
+        return base + (min(t.dp_opt(tp, cp, dp, pp, z, m, ep, etp) for z in zeros) if level >= REFINED else 0.0)
+    v_max = max(r[4] for r in rows)
+    lower = base + min(t.p2p(tp, cp, dp, pp, v, mb) for v in {r[4] for r in rows}) * (m + (pp - 1) / v_max)
+    if level < REFINED:
+        return lower
+    spb = bool(sp)
+    head = t.head(tp, cp, spb, mb, pp)
+    mtp = min(t.head_mtp(tp, cp, spb, RECOMPUTE_NAMES[rc], mb, ep, etp, dp, pp) for rc in {r[7] for r in rows}) \
+        if lm.spec.mtp_layers else head
+    return lower + m * (mtp - head) + min(t.dp_opt(tp, cp, dp, pp, z, m, ep, etp) for z in zeros)
+
+
+def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> tuple[list[tuple], set[int]]:
+    """(rows, ZeRO stages) of the group's layouts that fit memory: the pairs whose
+    compose_memory total (TermRows' fit test: the row's activations with the shard's model
+    state, logits, buffers and overhead, terms._Terms.pair_total) is within the usable
+    memory. Only without explicit splits (the split, hence the memory, then depends on the
+    time terms): with them every row and stage is returned."""
+    if t.split_uneven is not None:
+        return rows, set(zeros)
+    tp, pp, cp, dp, sp, mb, ep, etp = g
+    rests = [(z, t.rest(tp, pp, cp, dp, sp, z, mb, ep, etp)) for z in zeros]
+    fit_rows, fit_zeros = [], set()
+    for key in rows:
+        act = t.per_layer_act(tp, cp, bool(sp), RECOMPUTE_NAMES[key[7]], mb, pp, key[4], m, ep, etp)
+        fits = [z for z, rest in rests if t.memory_total(rest, act) <= t.usable]
+        if fits:
+            fit_rows.append(key)
+            fit_zeros.update(fits)
+    return fit_rows, fit_zeros
+
+
+def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) -> float:
+    """The cheap bound of _lower_s (module docstring), or with exact_moe the MoE layer's exact
+    extra in place of its floor."""
     tp, pp, cp, dp, sp, mb, ep, etp = g
     m, spb = accum(dp, mb), bool(sp)
     v_max = max(r[4] for r in rows)
@@ -137,14 +203,14 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool = False)
         # The MoE extra is at least its compute less the dense FFN's TP collectives a MoE layer
         # may drop (moe_comm.moe_layer_comm: all-to-all and expert-TP time >= 0, the TP change
         # >= -0.5 x layer_tp_comm_s), so no link is queried here.
-        if exact_moe:
+        if exact_moe and n_moe:
             moe_s = sum(t.moe(tp, cp, spb, rc, mb, ep, etp, dp, pp))
         else:
             moe_s = t.moe_compute(tp, cp, rc, mb, ep, etp)[0] - 0.5 * layer[1] if n_moe else 0.0
         return _rank_lower_s(lm.spec.layers, n_moe, pp, sum(layer), moe_s)
 
     rcs = frozenset(r[7] for r in rows)
-    key = None if exact_moe else (tp, pp, cp, sp, mb, ep, etp, rcs)  # the floor does not read dp
+    key = None if exact_moe and n_moe else (tp, pp, cp, sp, mb, ep, etp, rcs)  # the floor does not read dp
     memo = t.__dict__.setdefault("_work_floor", {})
     if key in memo:
         work = memo[key]
