@@ -16,8 +16,16 @@ every other group (inside one NVLink domain or across nodes).
 Overlap: Megatron runs the dispatch and combine all-to-all on the compute stream's critical
 path unless --overlap-moe-expert-parallel-comm (model_parallel_config.py L343, default False;
 "Overlap EP A2A communications with independent computations of different micro-batches in
-1f1b phase"), so they are charged in full; with training.moe_a2a_overlap they hide under the
-MoE layer's own compute time (another micro-batch's, of equal length), exposed only beyond it.
+1f1b phase"), so they are charged in full. With it (training.moe_a2a_overlap) the combined
+1F1B schedule runs the forward of one micro-batch and the backward of another layer by layer
+(NVIDIA/Megatron-LM d98e8a64, megatron/core/models/common/model_chunk_schedule_plan.py
+TransformerLayerSchedulePlan.run, L236-300) in four phases, one all-to-all on the comm stream
+beside computation on the compute stream in each:
+    comm: combine_bwd   | dispatch_fwd        | dispatch_bwd          | combine_fwd
+    comp: attention fwd | MoE block bwd dgrad | MoE wgrad + MoE fwd   | attention bwd
+so a paired MoE layer exposes sum over phases of max(0, a2a - compute) (moe_a2a_paired_s).
+Only the steady 1F1B slots are paired: the warm-up forwards and cool-down backwards run
+alone and expose their all-to-alls in full (paired_fraction).
 """
 from __future__ import annotations
 
@@ -27,7 +35,8 @@ from functools import lru_cache
 from solver.cost import moe_layer as ML
 from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
-from solver.cost.recompute import mlp_recompute_s, moe_act_recompute_s
+from solver.cost import terms as T
+from solver.cost.recompute import mlp_recompute_s, moe_act_recompute_s, selective_modules
 from solver.cost.terms import CostContext, DpTraffic, bucketed_traffic, layer_tp_comm_s
 from solver.specs import Recompute
 from topology.collectives import alltoall_time_s
@@ -138,17 +147,18 @@ def moe_layer_extra_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute
     Compute: the MoE block (moe_layer.moe_block_times) less the dense FFN it replaces
     (moe_layer.dense_ffn_times), forward + backward, plus its forward again under full
     recompute (selective: the routed activation under moe_act, solver.cost.recompute). Communication: the
-    all-to-alls (exposed in full, or beyond the layer's compute with training.moe_a2a_overlap),
+    all-to-alls (exposed in full, or as a paired combined-1F1B slot exposes them with
+    training.moe_a2a_overlap: moe_layer_comm_s),
     the expert-TP collectives and the TP change (moe_layer_comm). The parts are
     moe_layer_compute and moe_layer_comm_s (the search memoizes them apart: the compute does
     not depend on dp, pp or the placement).
     """
     if ctx.model.moe is None:
         return 0.0, 0.0, 0.0
-    compute, block_s = moe_layer_compute(ctx, tp=tp, cp=cp, recompute=recompute, micro_batch=micro_batch,
-                                         ep=ep, etp=etp)
+    compute, _ = moe_layer_compute(ctx, tp=tp, cp=cp, recompute=recompute, micro_batch=micro_batch,
+                                   ep=ep, etp=etp)
     return (compute, *moe_layer_comm_s(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
-                                       ep=ep, etp=etp, dp=dp, pp=pp, block_s=block_s))
+                                       ep=ep, etp=etp, dp=dp, pp=pp))
 
 
 def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute, micro_batch: int,
@@ -168,15 +178,87 @@ def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recomput
 
 
 def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
-                     ep: int, etp: int, dp: int, pp: int, block_s: float) -> tuple[float, float]:
-    """(EP/ETP communication, TP change) of moe_layer_extra_s; block_s: the MoE block's forward
-    + backward seconds (moe_layer_compute), what an overlapped all-to-all hides under."""
+                     ep: int, etp: int, dp: int, pp: int) -> tuple[float, float]:
+    """(EP/ETP communication, TP change) of moe_layer_extra_s, seconds per micro-batch. The
+    communication is the all-to-all exposed in a paired combined-1F1B slot under
+    training.moe_a2a_overlap (moe_a2a_paired_s; in full without it) plus the expert-TP
+    collectives; an unpaired slot adds moe_a2a_unpaired_s (step.compose_step_time)."""
     c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
                        ep=ep, etp=etp, dp=dp, pp=pp)
-    a2a = c.a2a_s
-    if ctx.training.moe_a2a_overlap:
-        a2a = max(0.0, a2a - block_s)
-    return a2a + c.etp_s, c.tp_delta_s
+    return moe_a2a_exposure(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                            ep=ep, etp=etp, dp=dp, pp=pp)[0] + c.etp_s, c.tp_delta_s
+
+
+def moe_a2a_unpaired_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
+                       ep: int, etp: int, dp: int, pp: int) -> float:
+    """All-to-all seconds a MoE layer exposes beyond moe_layer_comm_s's in a slot the combined
+    1F1B schedule does not pair (warm-up forward, cool-down backward): the full all-to-all
+    less the paired exposure; 0 without training.moe_a2a_overlap."""
+    if ctx.model.moe is None:
+        return 0.0
+    paired, full = moe_a2a_exposure(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                                    ep=ep, etp=etp, dp=dp, pp=pp)
+    return full - paired
+
+
+def overlap_applies(training, *, ep: int, recompute: Recompute) -> bool:
+    """Whether Megatron would run --overlap-moe-expert-parallel-comm: set, EP > 1 and no full
+    recompute (transformer_config.py L3002-3023 d98e8a64; the VPP condition is paired_fraction's)."""
+    return bool(training.moe_a2a_overlap) and ep > 1 and recompute != "full"
+
+
+@lru_cache(maxsize=65536)
+def moe_a2a_exposure(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
+                     ep: int, etp: int, dp: int, pp: int) -> tuple[float, float]:
+    """(paired, unpaired) all-to-all seconds one MoE layer exposes per micro-batch (module
+    docstring). Unpaired: every all-to-all and routing collective in full. Paired: each of
+    the four phases exposes max(0, a - c), a = one all-to-all with its share of the routing
+    collectives, c = the phase's computation on the other micro-batch: attention forward;
+    half the MoE block's backward (its data gradient; the weight gradient is the other half,
+    2 of the 3 GEMM passes split evenly); the other half plus the MoE block's forward; the
+    attention backward with its recompute. Attention = the dense layer less its FFN
+    (terms.layer_compute_s parts, moe_layer.dense_ffn_times). Both equal without the overlap."""
+    c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                       ep=ep, etp=etp, dp=dp, pp=pp)
+    full = c.a2a_s
+    if not overlap_applies(ctx.training, ep=ep, recompute=recompute):
+        return full, full
+    a = full / c.a2a_count
+    lt = T._layer(ctx, tp, cp, sp, micro_batch)  # the dense layer's times (memoized)
+    dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
+    blk = block_times(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    phases = (lt.forward_s - dense_f, blk.backward_s / 2, blk.backward_s / 2 + blk.forward_s,
+              lt.backward_s - dense_b + lt.recompute_s(recompute, selective_modules(ctx)))
+    return sum(max(0.0, a - p) for p in phases), full
+
+
+def slot_comm_s(paired_s: float, unpaired_s: float, overlap: bool, pp: int, vpp: int, grad_accum: int) -> float:
+    """A MoE layer's exposed communication per micro-batch slot averaged over a rank's slots
+    (step.compose_step_time): paired_s (moe_layer_comm_s) plus unpaired_s
+    (moe_a2a_unpaired_s) in the fraction of slots the combined 1F1B schedule runs alone
+    (1 - paired_fraction; every slot without the overlap), seconds."""
+    alone = 1.0 - paired_fraction(pp=pp, vpp=vpp, grad_accum=grad_accum) if overlap else 1.0
+    return paired_s + alone * unpaired_s
+
+
+def paired_fraction(*, pp: int, vpp: int, grad_accum: int) -> float:
+    """Fraction of a rank's forward (and backward) chunk passes that Megatron's combined 1F1B
+    schedule pairs with another micro-batch's, for the rank with the longest warm-up (rank 0).
+    PP = 1 (combined_1f1b.py combined_1f1b_schedule_for_no_pipelining d98e8a64): the first
+    forward and the last backward run alone, m - 1 of m paired. PP > 1 needs VPP > 1
+    (transformer_config.py L3002-3023; 0 paired otherwise: Megatron refuses the flag), and
+    the interleaved schedule runs num_warmup = 2 (pp - 1) + (vpp - 1) x pp + 1 forwards alone
+    (schedules.py get_pp_rank_microbatches L957-970: the "+ 1" is the overlap's extra
+    warm-up micro-batch; the group size defaults to pp) and as many backwards in the
+    cool-down, out of m x vpp chunk passes each."""
+    m = grad_accum
+    if pp == 1:
+        return (m - 1) / m if m > 0 else 0.0
+    if vpp == 1:
+        return 0.0
+    total = m * vpp
+    warm = 2 * (pp - 1) + (vpp - 1) * pp + 1
+    return max(0, total - warm) / total
 
 
 @lru_cache(maxsize=65536)

@@ -22,7 +22,7 @@ from typing import Any
 from solver.cost import compute as C
 from solver.cost import terms as T
 from solver.cost.communication import allgather_s, allreduce_s, reduce_scatter_s
-from solver.cost.moe_comm import moe_layer_extra_s
+from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_extra_s
 from solver.cost.terms import CostContext
 from solver.specs import Recompute
 
@@ -42,8 +42,10 @@ def mtp_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
     layer: dict[str, Any] = {"tp": tp, "cp": cp, "sp": sp, "recompute": recompute, "micro_batch": micro_batch}
     body = (T.layer_compute_s(ctx, **layer) + T.layer_tp_comm_s(ctx, **layer)
             + T.layer_cp_comm_s(ctx, tp=tp, cp=cp, recompute=recompute, micro_batch=micro_batch))
-    if ctx.model.moe is not None:
-        body += sum(moe_layer_extra_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
+    if ctx.model.moe is not None:  # its all-to-all exposed in full: whether its slot is paired under
+        # training.moe_a2a_overlap needs vpp and m, which this term does not read (moe_comm.slot_comm_s)
+        body += (sum(moe_layer_extra_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
+                 + moe_a2a_unpaired_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
     gpu, o, d = ctx.cluster.gpu, ctx.options, ctx.model.hidden
     tokens = micro_batch * ctx.seq_len // cp
     proj = sum(C.gemm_fwd_bwd_s(tokens, d, 2 * d, gpu, o))

@@ -56,23 +56,17 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from solver.cost import terms as T
-from solver.cost.moe_comm import moe_layer_extra_s
+from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_extra_s, overlap_applies, slot_comm_s
 from solver.cost.mtp import mtp_s
 from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask, moe_layers_per_rank
 from solver.cost.terms import CostContext, layers_on_rank
 from solver.cost.step_memory import (  # re-exported: callers import them from here
-    MemoryTerms as MemoryTerms,
-    buffer_terms as buffer_terms,
-    busiest_stage_terms as busiest_stage_terms,
-    compose_memory as compose_memory,
-    dominant_stages as dominant_stages,
-    memory_terms as memory_terms,
-    rank_layers as rank_layers,
-    split_memory_terms as split_memory_terms,
-    stage_memory_terms as stage_memory_terms,
-    stage_profile as stage_profile,
-    stage_state as stage_state,
-    usable_memory_bytes as usable_memory_bytes,
+    MemoryTerms as MemoryTerms, buffer_terms as buffer_terms,
+    busiest_stage_terms as busiest_stage_terms, compose_memory as compose_memory,
+    dominant_stages as dominant_stages, memory_terms as memory_terms,
+    rank_layers as rank_layers, split_memory_terms as split_memory_terms,
+    stage_memory_terms as stage_memory_terms, stage_profile as stage_profile,
+    stage_state as stage_state, usable_memory_bytes as usable_memory_bytes,
 )
 from solver.specs import LayoutSpec
 
@@ -92,6 +86,8 @@ class TimeTerms:
     moe_compute_s: float = 0.0  # a MoE layer's compute beyond a dense layer's, one micro-batch
     moe_comm_s: float = 0.0     # its all-to-all and expert-TP collectives, exposed (solver.cost.moe_comm)
     moe_tp_comm_s: float = 0.0  # its TP-collective change (<= 0: no dense FFN all-gather/reduce-scatter)
+    moe_a2a_unpaired_s: float = 0.0  # all-to-all it exposes beyond moe_comm_s in an unpaired slot
+    moe_overlap: bool = False   # Megatron's combined 1F1B pairs slots (moe_comm.overlap_applies)
     moe_mask: tuple[bool, ...] = ()  # per layer: MoE or not (model constant; () for a dense model)
 
 
@@ -111,7 +107,8 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
                      "micro_batch": lo.micro_batch}
     dp_args: dict[str, Any] = {"tp": lo.tp, "cp": lo.cp, "dp": lo.dp, "pp": lo.pp, "zero": lo.zero_stage,
                                "ep": lo.ep, "etp": lo.expert_tp}
-    moe_c, moe_x, moe_tp = moe_layer_extra_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp)
+    moe_args = dict(per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp)
+    moe_c, moe_x, moe_tp = moe_layer_extra_s(ctx, **moe_args)
     return TimeTerms(
         layer_compute_s=T.layer_compute_s(ctx, **per_layer),
         layer_tp_comm_s=T.layer_tp_comm_s(ctx, **per_layer),
@@ -121,12 +118,13 @@ def time_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> TimeTer
                                                     vpp=lo.vpp, micro_batch=lo.micro_batch),
         head_extra_s=T.head_extra_s(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel,
                                     micro_batch=lo.micro_batch, pp=lo.pp)
-        + mtp_s(ctx, **per_layer, ep=lo.ep, etp=lo.expert_tp, dp=lo.dp, pp=lo.pp),  # MTP: last stage
+        + mtp_s(ctx, **moe_args),  # MTP: last stage
         dp_exposed_s=T.dp_exposed_s(ctx, **dp_args, grad_accum=grad_accum),
         optimizer_s=T.optimizer_s(ctx, **dp_args),
         embedding_s=T.embedding_s(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
         moe_compute_s=moe_c, moe_comm_s=moe_x, moe_tp_comm_s=moe_tp, moe_mask=moe_layer_mask(ctx.model),
-    )
+        moe_a2a_unpaired_s=moe_a2a_unpaired_s(ctx, **moe_args),
+        moe_overlap=overlap_applies(ctx.training, ep=lo.ep, recompute=lo.recompute))
 
 
 def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_accum: int) -> StepTime:
@@ -139,8 +137,9 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
     n_moe = busiest_moe_layers(terms.moe_mask, pp, vpp)
     stage = (layers * (terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s)
              + terms.p2p_per_microbatch_s)
+    moe_comm = slot_comm_s(terms.moe_comm_s, terms.moe_a2a_unpaired_s, terms.moe_overlap, pp, vpp, m)
     if n_moe:  # MoE layers on the busiest rank add their extra time (dense: arithmetic unchanged)
-        stage += n_moe * (terms.moe_compute_s + terms.moe_comm_s + terms.moe_tp_comm_s)
+        stage += n_moe * (terms.moe_compute_s + moe_comm + terms.moe_tp_comm_s)
     bubble_slots = (pp - 1) / vpp
     breakdown = {
         "compute": m * layers * terms.layer_compute_s,
@@ -155,7 +154,7 @@ def compose_step_time(terms: TimeTerms, *, layers: int, pp: int, vpp: int, grad_
     if terms.moe_mask:
         breakdown["compute"] += m * n_moe * terms.moe_compute_s
         breakdown["tp_comm"] += m * n_moe * terms.moe_tp_comm_s
-        breakdown["moe_comm"] = m * n_moe * terms.moe_comm_s
+        breakdown["moe_comm"] = m * n_moe * moe_comm
     step = ((m + bubble_slots) * stage + m * terms.head_extra_s + terms.dp_exposed_s
             + terms.optimizer_s)
     return StepTime(step_time_s=step, stage_time_s=stage, breakdown_s=breakdown)
@@ -184,7 +183,6 @@ def step_time(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> StepTime
 # first and last stages fewer layers for this reason; Dubey et al. 2024, Sec. 3.3.2).
 
 
-
 def stage_extras_s(terms: TimeTerms, pp: int) -> list[float]:
     """Extra work per micro-batch on each rank: embedding first, LM head + loss last (seconds)."""
     extra = [0.0] * pp
@@ -204,7 +202,8 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     layer_s = terms.layer_compute_s + terms.layer_tp_comm_s + terms.layer_cp_comm_s
     n, extra = rank_layers(split, pp), stage_extras_s(terms, pp)
     moe = moe_layers_per_rank(terms.moe_mask, split, pp) if terms.moe_mask else [0] * pp
-    moe_s = terms.moe_compute_s + terms.moe_comm_s + terms.moe_tp_comm_s
+    moe_comm = slot_comm_s(terms.moe_comm_s, terms.moe_a2a_unpaired_s, terms.moe_overlap, pp, vpp, m)
+    moe_s = terms.moe_compute_s + moe_comm + terms.moe_tp_comm_s
     times = [n_r * layer_s + terms.p2p_per_microbatch_s + e + (k * moe_s if k else 0.0)
              for n_r, e, k in zip(n, extra, moe, strict=True)]
     t_max = max(times)
@@ -223,7 +222,7 @@ def compose_split_step_time(terms: TimeTerms, *, split: tuple[int, ...], pp: int
     if terms.moe_mask:
         breakdown["compute"] += m * moe[slow] * terms.moe_compute_s
         breakdown["tp_comm"] += m * moe[slow] * terms.moe_tp_comm_s
-        breakdown["moe_comm"] = m * moe[slow] * terms.moe_comm_s
+        breakdown["moe_comm"] = m * moe[slow] * moe_comm
     step = m * t_max + fill + terms.dp_exposed_s + terms.optimizer_s
     return StepTime(step_time_s=step, stage_time_s=t_max, breakdown_s=breakdown)
 

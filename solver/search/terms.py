@@ -30,7 +30,7 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost import terms as T
 from solver.cost.estimate import make_context
-from solver.cost.moe_comm import moe_layer_comm_s, moe_layer_compute
+from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_comm_s, moe_layer_compute, overlap_applies
 from solver.cost.moe_layer import moe_layer_mask
 from solver.cost.mtp import mtp_s
 from solver.cost.step_memory import moe_activation_extra_of, mtp_activation_bytes
@@ -96,6 +96,9 @@ class _Terms:
             lambda tp, cp, rc, mb, ep, etp: moe_layer_compute(ctx, tp=tp, cp=cp, recompute=rc, micro_batch=mb,
                                                               ep=ep, etp=etp))
         self.moe = lru_cache(maxsize=None)(self._moe)
+        self.moe_unpaired = lru_cache(maxsize=None)(  # step.time_terms' moe_a2a_unpaired_s
+            lambda tp, cp, sp, rc, mb, ep, etp, dp, pp: moe_a2a_unpaired_s(
+                ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, ep=ep, etp=etp, dp=dp, pp=pp))
         self.head_mtp = lru_cache(maxsize=None)(self._head_mtp)
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
@@ -112,9 +115,9 @@ class _Terms:
     def _moe(self, tp, cp, sp, rc, mb, ep, etp, dp, pp) -> tuple[float, float, float]:
         """moe_comm.moe_layer_extra_s: (compute, EP/ETP communication, TP change) beyond a
         dense layer."""
-        compute, block_s = self.moe_compute(tp, cp, rc, mb, ep, etp)
+        compute, _ = self.moe_compute(tp, cp, rc, mb, ep, etp)
         return (compute, *moe_layer_comm_s(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, ep=ep,
-                                           etp=etp, dp=dp, pp=pp, block_s=block_s))
+                                           etp=etp, dp=dp, pp=pp))
 
     def _head_mtp(self, tp, cp, sp, rc, mb, ep, etp, dp, pp) -> float:
         """step.time_terms' head term: head_extra_s plus the multi-token-prediction modules
@@ -144,7 +147,9 @@ class _Terms:
         moe: dict = {}
         if etp != DENSE_ETP:  # step.time_terms' MoE fields
             moe_c, moe_x, moe_tp = self.moe(tp, cp, sp, rc, mb, ep, etp, dp, pp)
-            moe = {"moe_compute_s": moe_c, "moe_comm_s": moe_x, "moe_tp_comm_s": moe_tp, "moe_mask": self.moe_mask}
+            moe = {"moe_compute_s": moe_c, "moe_comm_s": moe_x, "moe_tp_comm_s": moe_tp, "moe_mask": self.moe_mask,
+                   "moe_a2a_unpaired_s": self.moe_unpaired(tp, cp, sp, rc, mb, ep, etp, dp, pp),
+                   "moe_overlap": overlap_applies(self.ctx.training, ep=ep, recompute=rc)}
         return TimeTerms(compute, tp_comm, cp_comm, self.p2p(tp, cp, dp, pp, vpp, mb),
                          self.head_mtp(tp, cp, sp, rc, mb, ep, etp, dp, pp), 0.0, 0.0, self.emb(tp, cp, mb), **moe)
 

@@ -96,6 +96,39 @@ def test_all_bf16_runs_meet_the_max_target(report):
     assert summary["max_abs_error"] <= TARGET["max_abs_error"]
 
 
+def test_scored_fp8_runs_meet_the_max_target(report):
+    # Issue 13's max on the FP8 runs of the target set (high + medium): 16 scored, max 16.3%
+    # (the Grok-1 FP8 proxy on 8 H100). The Megatron-Bridge H100 recipes set the all-to-all
+    # overlap (moe_a2a_overlap, cited per row); modelled as Megatron's combined 1F1B
+    # (solver.cost.moe_comm), Qwen3-235B-A22B is +3.0% / +2.8% and DeepSeek-V3 +15.9% (were
+    # +50% / +54% and +75% with the overlap taken as off).
+    summary = report["fp8_target_set"]
+    assert summary["refused"] == 0 and summary["scored"] >= 8
+    assert summary["max_abs_error"] <= TARGET["max_abs_error"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FP8 target-set median 9.0% > 8%: the nine Grok-1 FP8 rows are -6.7% to -16.3% (their BF16 "
+    "twins -6% to -13%, no cited mechanism found) and the two Megatron-Bridge 25.09 H100 Qwen3 rows "
+    "+13.2% / +14.8%; strict: this fails once the target is met, so the marker comes off then."))
+def test_scored_fp8_runs_meet_the_median_target(report):
+    assert report["fp8_target_set"]["median_abs_error"] <= TARGET["median_abs_error"]
+
+
+def test_the_low_confidence_qwen3_30b_rows_have_a_twin_twice_as_fast(report):
+    # Megatron-Bridge's archive page runs Qwen3-30B-A3B on the same 16-H100 layout (GBS 512,
+    # MBS 2, TP1 PP2 VP24 EP8) at 10494 tokens/s/GPU in 25.09 and 5275 in 25.11: 24.848 s against
+    # 12.490 s per step (ratio 10494 / 5275 = 1.989). The 25.09 run is predicted within the
+    # target's max; the 25.11 and 26.02 rows are low confidence for that reason, said in `assumed`.
+    cases = {c["id"]: c for c in report["cases"]}
+    twin, row = cases["mbridge2509_qwen3_30b_h100_fp8cs_16"], cases["mbridge2511_qwen3_30b_h100_fp8cs_16"]
+    assert row["measured_step_time_s"] / twin["measured_step_time_s"] == pytest.approx(10494 / 5275, rel=1e-4)
+    assert abs(twin["error"]) <= TARGET["max_abs_error"] < abs(row["error"])
+    data = {r["id"]: r for r in rows()}
+    for rid in ("mbridge2511_qwen3_30b_h100_fp8cs_16", "mbridge2602_qwen3_30b_h100_fp8_16"):
+        assert data[rid]["confidence"] == "low" and "10494" in data[rid]["assumed"][0]
+
+
 def _write(tmp_path: Path, lines: list[str]) -> Path:
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(lines) + "\n")
