@@ -143,3 +143,30 @@ def test_estimate_reports_the_model_rule_as_a_violation():
     out = estimate(_model("olmoe-1b-7b"), cluster, TRAIN, LayoutSpec(tp=1, pp=1, dp=64, ep=8, etp=1, zero_stage=1))
     assert not out["runs_in_framework"]
     assert [v["rule"] for v in out["framework_violations"]] == ["model.qk_norm"]
+
+
+def test_interleaved_moe_layers_and_sigmoid_bias_router():
+    """Dense layers anywhere (first_dense_layers 1, layer_step 2: layers 1, 3, 5 are MoE of 6),
+    a sigmoid router with its score-correction bias (torchtitan: load_balance_coeff 1e-3, the
+    expert_bias_E of models/common/moe.py) and one shared expert; DeepSpeed gets the same MoE
+    layer ranges and refuses the sigmoid router and shared expert up front."""
+    from solver.model_parts import MoESpec
+    from solver.specs import ModelSpec
+
+    moe = MoESpec(experts=8, experts_per_token=2, expert_ffn_hidden=512, shared_experts=1, first_dense_layers=1,
+                  layer_step=2, router="sigmoid", router_bias=True)
+    model = ModelSpec(name="interleaved", layers=6, hidden=256, ffn_hidden=1024, ffn_gated=True, heads=4, kv_heads=2,
+                      head_dim=64, vocab=1000, tied_embeddings=True, moe=moe)
+    out = _checked_torchtitan(model, LayoutSpec(tp=1, pp=1, dp=8, ep=4, etp=1, zero_stage=3))
+    assert "MOE_LAYERS = [False, True, False, True, False, True]" in out["module"]
+    experts, = _calls(out["module"], "make_moe_config")
+    assert experts["load_balance_coeff"] == 1e-3 and 'score_func="sigmoid"' in out["module"]
+    shared = [c for c in _calls(out["module"], "make_ffn_config") if c.get("hidden_dim") == 512]
+    assert len(shared) == 1  # the shared expert: 1 x 512 wide
+    with pytest.raises(SpecError) as e:
+        _export("deepspeed", model, LayoutSpec(tp=1, pp=1, dp=8, ep=4, etp=1, zero_stage=1))
+    assert {p.field for p in e.value.problems} == {"model.moe.router", "model.moe.router_bias",
+                                                   "model.moe.shared_experts"}
+    from service.launchers.deepspeed_moe import moe_layer_ranges
+
+    assert moe_layer_ranges(model) == [[1, 1], [3, 3], [5, 5]]
