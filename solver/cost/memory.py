@@ -117,8 +117,10 @@ def fp8_saved_input_saving(ctx: CostContext, *, tp: int, cp: int, sp: bool, micr
         return 0.0
     s_b = ctx.seq_len / cp * micro_batch
     m = ctx.model
-    return saved_input_saving_bytes(s_b / tp if sp else s_b, s_b, m.hidden,
-                                    m.heads * m.head_dim / tp, m.ffn_hidden / tp)
+    # the output projection's input: H d_v with MLA (linear_proj of query_projection_size =
+    # v_head_dim x heads, multi_latent_attention.py L163, L221-223, NVIDIA/Megatron-LM d98e8a64)
+    out_in = m.heads * (m.mla.v_head_dim if m.mla is not None else m.head_dim) / tp
+    return saved_input_saving_bytes(s_b / tp if sp else s_b, s_b, m.hidden, out_in, m.ffn_hidden / tp)
 
 
 def fp8_weight_copy_bytes(ctx: CostContext, *, tp: int, pp: int) -> float:

@@ -6,9 +6,9 @@ writes, against hand-derived numbers.
 
 DeepSeek-V3 (deepseek-v3 preset): h 7168, 128 heads, d_qk 128 + 64 = 192, d_v 128, r_q 1536,
 r_kv 512, expert width 2048, 256 experts top-8, one shared expert, 61 layers + 1 MTP.
-Layout TP1 EP64 mb1 at seq 4096: s b = 4096 tokens; every rank routes 4096 x 8 = 32768 rows,
-the busiest 1.25x (the default imbalance): 4 local experts x ceil(128 x 1.25 x 8 ... ) = 10240
-rows each, R = 40960.
+Layout TP1 EP64 mb1 at seq 4096: s b = 4096 tokens; each expert gets 4096 x 8 x 64 / 256 = 8192
+rows on average, the busiest rank 1.25x that (the default imbalance) = 10240 rows for each of its
+256 / 64 = 4 local experts: R = 40960.
 """
 from __future__ import annotations
 
