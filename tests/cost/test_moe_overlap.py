@@ -89,3 +89,23 @@ def test_the_qwen3_235b_h100_recipe_row_hides_most_of_its_all_to_all():
     assert (step_time(make_context(model, cluster, on), flat, m).breakdown_s["moe_comm"]
             == pytest.approx(step_time(make_context(model, cluster, on.model_copy(
                 update={"moe_a2a_overlap": False})), flat, m).breakdown_s["moe_comm"]))
+
+
+def test_the_estimate_says_what_the_overlap_hides_and_when_megatron_refuses_it():
+    # DeepSeek-V3's preset sets moe_a2a_overlap; its published layout is PP 16 VPP 1, which
+    # Megatron refuses the flag on: nothing paired, a note naming the field. The same training
+    # at PP 1 (TP 8, DP 256, EP 128, micro-batch 1: m = 15360 / 256 = 60) pairs 59 of 60 slots.
+    from solver.cost.estimate import estimate_layout
+    from solver.cost.accounting import batch_plan
+    model, cluster, train = load_model("deepseek-v3"), load_cluster("h800-2048"), load_training("deepseek-v3-14.8t")
+    est = estimate_layout(model, cluster, train, train.reference.layout)
+    assert est.moe["a2a_overlapped"] and est.moe["a2a_paired_fraction"] == 0.0
+    assert est.moe["a2a_exposed_paired_s"] < est.moe["a2a_exposed_alone_s"]
+    assert any(n.startswith("training.moe_a2a_overlap: Megatron refuses") and "vpp 1" in n for n in est.notes)
+    flat = train.reference.layout.model_copy(update={"tp": 8, "pp": 1, "dp": 256, "sequence_parallel": True,
+                                                      "ep": 128, "pipeline_layers": None})
+    m = batch_plan(train, 256, 1).grad_accum
+    assert m == 60
+    est1 = estimate_layout(model, cluster, train, flat)
+    assert est1.moe["a2a_paired_fraction"] == pytest.approx((m - 1) / m)
+    assert not any("moe_a2a_overlap" in n for n in est1.notes)
