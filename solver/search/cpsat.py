@@ -202,21 +202,23 @@ class LayoutModel:
     def _rows(self, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int) -> Iterable[tuple]:
         """The pipeline rows of one set of degrees."""
         batch = self._batch_map
+        # the sequence-parallel rules read neither vpp nor the micro-batch: tested once
+        sps = [sp for sp in self.values["sequence_parallel"]
+               if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
+               and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
         for vpp in self.values["vpp"]:
             if not (rules.pipeline_ok(self.spec, self.options, pp, vpp)
                     and rules.framework_pipeline_ok(self.training, pp, vpp)):
                 continue
+            rcs = [rc for rc in self.values["recompute"]  # nor does the overlap rule read them
+                   if rules.moe_overlap_ok(self.training, pp, vpp, ep, etp, RECOMPUTE_NAMES[rc])]
             for mb in self.values["micro_batch"]:
                 accum = batch.get((dp, mb))
                 if accum is None or not rules.interleave_batch_ok(pp, vpp, accum, self.training):
                     continue
-                for sp in self.values["sequence_parallel"]:
-                    if rules.sequence_parallel_ok(tp, bool(sp)) and \
-                            rules.framework_tensor_ok(self.training, tp, bool(sp)) and \
-                            rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp):
-                        for rc in self.values["recompute"]:
-                            if rules.moe_overlap_ok(self.training, pp, vpp, ep, etp, RECOMPUTE_NAMES[rc]):
-                                yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
+                for sp in sps:
+                    for rc in rcs:
+                        yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
 
     def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
         """The LayoutSpec of one solution's field values."""

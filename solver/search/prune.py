@@ -175,19 +175,31 @@ def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> 
     compose_memory total (TermRows' fit test: the row's activations with the shard's model
     state, logits, buffers and overhead, terms._Terms.pair_total) is within the usable
     memory. Only without explicit splits (the split, hence the memory, then depends on the
-    time terms): with them every row and stage is returned."""
+    time terms): with them every row and stage is returned.
+
+    Without splits the total never decreases as the activations grow (terms.term_rows:
+    monotone_fit), so a stage fits some row iff it fits the row of least activations, and
+    an interleaved row, which holds at least the activations of its recompute level's vpp 1
+    row (_group_values), cannot fit when that row fits no stage."""
     if t.split_uneven is not None:
         return rows, set(zeros)
     tp, pp, cp, dp, sp, mb, ep, etp = g
-    rests = [(z, t.rest(tp, pp, cp, dp, sp, z, mb, ep, etp)) for z in zeros]
-    fit_rows, fit_zeros = [], set()
-    for key in rows:
+    rests = [(t.rest(tp, pp, cp, dp, sp, z, mb, ep, etp), z) for z in zeros]
+    fit_rows, acts = [], []
+    skip: set[int] = set()  # recompute levels whose vpp 1 row fits no stage
+    for key in sorted(rows, key=lambda k: k[4] > 1):  # vpp 1 rows first (stable)
+        if key[4] > 1 and key[7] in skip:
+            continue
         act = t.per_layer_act(tp, cp, bool(sp), RECOMPUTE_NAMES[key[7]], mb, pp, key[4], m, ep, etp)
-        fits = [z for z, rest in rests if t.memory_total(rest, act) <= t.usable]
-        if fits:
+        if any(t.memory_total(rest, act) <= t.usable for rest, _z in rests):
             fit_rows.append(key)
-            fit_zeros.update(fits)
-    return fit_rows, fit_zeros
+            acts.append(act)
+        elif key[4] == 1:
+            skip.add(key[7])
+    if not fit_rows:
+        return [], set()
+    least = min(acts)
+    return fit_rows, {z for rest, z in rests if t.memory_total(rest, least) <= t.usable}
 
 
 def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) -> float:

@@ -7,9 +7,10 @@ every rule to whole layouts and is deliberately a plain nested loop.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from solver.search import rules
 from solver.search.options import SearchOptions
@@ -63,7 +64,28 @@ def micro_batches(training: TrainingSpec, options: SearchOptions, dp: int) -> li
     top = rules.micro_batch_limit(training, options, dp)
     if options.max_micro_batch is not None:
         top = min(top, options.max_micro_batch)
-    return [m for m in range(1, top + 1) if rules.batch_ok(training, options, dp, m)]
+    return [m for m in _batch_candidates(training, options, dp, top) if rules.batch_ok(training, options, dp, m)]
+
+
+def _batch_candidates(training: TrainingSpec, options: SearchOptions, dp: int, top: int) -> Iterable[int]:
+    """Micro-batches up to `top` (ascending) that may meet the batch rule: a superset of those
+    rules.batch_ok accepts, found without testing every one up to `top`.
+
+    batch_ok holds when m x a (a: the accumulation) lies in [lo, hi] = global batch tokens x
+    (1 -+ tolerance) / (dp x seq_len). Since m x a <= hi, m or a is at most sqrt(hi): the
+    candidates are every m up to sqrt(hi) and, for each a up to sqrt(hi), the m of
+    [lo / a, hi / a] (each widened by one for float rounding). When they are not fewer than
+    `top`, every m up to `top`."""
+    per_pass = dp * training.seq_len
+    hi = training.global_batch_tokens * (1 + options.batch_tolerance) / per_pass
+    lo = training.global_batch_tokens * (1 - options.batch_tolerance) / per_pass
+    root = math.isqrt(int(hi)) + 2
+    found = set(range(1, min(root, top) + 1))
+    for a in range(1, root + 1):
+        found.update(range(max(1, math.ceil(lo / a) - 1), min(top, math.floor(hi / a) + 1) + 1))
+        if len(found) >= top:
+            return range(1, top + 1)
+    return sorted(found)
 
 
 def vpp_limit(model: ModelSpec, options: SearchOptions) -> int:

@@ -131,3 +131,26 @@ def test_every_bound_level_is_below_every_dense_layout(split_stages):
     options = SearchOptions(allow_fewer_gpus=True, split_stages=split_stages, **SMALL)
     seen, _ = check_levels(model, binding_cluster(model, 2, 4, 0.6), tiny_training(1024, 16), options)
     assert seen == {True, False}
+
+
+def test_micro_batches_equal_the_plain_scan():
+    """space.micro_batches tests only candidate micro-batches (space._batch_candidates); it
+    returns exactly those of a scan of every micro-batch up to the limit, with and without a
+    batch tolerance, a micro-batch cap and a batch that is not a whole number of sequences."""
+    from solver.search import rules, space
+
+    def plain(train, options, dp):
+        top = rules.micro_batch_limit(train, options, dp)
+        top = min(top, options.max_micro_batch) if options.max_micro_batch is not None else top
+        return [m for m in range(1, top + 1) if rules.batch_ok(train, options, dp, m)]
+
+    rng = random.Random(11)
+    for _ in range(120):
+        seq = rng.choice([1000, 2048, 4096])
+        seqs = rng.choice([1, 7, 96, 1536, 15360, 2500])
+        train = TrainingSpec(seq_len=seq, global_batch_tokens=seq * seqs + rng.choice([0, 17, seq // 3]),
+                             tokens=1e12)
+        options = SearchOptions(batch_tolerance=rng.choice([0.0, 0.01, 0.2, 0.5]),
+                                max_micro_batch=rng.choice([None, 4, 64]))
+        for dp in [1, 2, 8, *rng.sample(range(3, 3000), 3)]:
+            assert space.micro_batches(train, options, dp) == plain(train, options, dp), (seq, seqs, dp, options)
