@@ -32,6 +32,11 @@ MEGATRON_ORDER: tuple[GroupKind, ...] = ("tp", "cp", "dp", "pp")
 
 def parse_order(order: str | tuple[str, ...] | None) -> tuple[GroupKind, ...]:
     """'tp-cp-dp-pp' or a tuple of the four kinds, fastest first. Raises: SpecError."""
+    return _parse_order(order if order is None or isinstance(order, str) else tuple(order))
+
+
+@lru_cache(maxsize=256)  # every group_links call parses its order: a handful of distinct ones
+def _parse_order(order: str | tuple[str, ...] | None) -> tuple[GroupKind, ...]:
     if order is None:
         return MEGATRON_ORDER
     parts = tuple(order.split("-")) if isinstance(order, str) else tuple(order)

@@ -100,6 +100,7 @@ class _Terms:
             lambda tp, cp, sp, rc, mb, ep, etp, dp, pp: moe_a2a_unpaired_s(
                 ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, ep=ep, etp=etp, dp=dp, pp=pp))
         self.head_mtp = lru_cache(maxsize=None)(self._head_mtp)
+        self.mtp_act = lru_cache(maxsize=None)(self._mtp_act)
 
     def _layer(self, tp, cp, sp, rc, mb) -> tuple[float, float, float]:
         kw = {"tp": tp, "cp": cp, "recompute": rc, "micro_batch": mb}
@@ -136,10 +137,15 @@ class _Terms:
             act += moe_activation_extra_of(self.ctx, tp=tp, cp=cp, micro_batch=mb, ep=ep, etp=etp, pp=pp, vpp=vpp,
                                            recompute=rc, grad_accum=m, mask=self.moe_mask)
         if self.ctx.model.mtp_layers:
-            lo = LayoutSpec.model_construct(tp=tp, cp=cp, sequence_parallel=sp, recompute=rc, micro_batch=mb, ep=ep,
-                                            etp=None if etp == DENSE_ETP else etp)
-            act += mtp_activation_bytes(self.ctx, lo)
+            act += self.mtp_act(tp, cp, sp, rc, mb, ep, etp)
         return act
+
+    def _mtp_act(self, tp, cp, sp, rc, mb, ep, etp) -> float:
+        """step_memory.mtp_activation_bytes of a layout with these fields (the only ones the
+        layout it is given sets, so the only ones it can read: memoized on them)."""
+        lo = LayoutSpec.model_construct(tp=tp, cp=cp, sequence_parallel=sp, recompute=rc, micro_batch=mb, ep=ep,
+                                        etp=None if etp == DENSE_ETP else etp)
+        return mtp_activation_bytes(self.ctx, lo)
 
     def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep=1, etp=DENSE_ETP) -> TimeTerms:
         """The pipeline time terms of a row (DP and optimizer terms 0)."""
