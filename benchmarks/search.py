@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -20,14 +21,19 @@ from topology.catalog import load_cluster
 
 
 def timed(fn, repeats: int) -> dict:
-    """First (cold: empty topology and cost caches) and median of the warm repeats, seconds."""
-    out, times = None, []
+    """First (cold: empty topology and cost caches) and median of the warm repeats, seconds of
+    wall time and of this process's CPU time (all its threads: CP-SAT's workers included).
+    On a shared machine the CPU seconds are the steadier figure: the wall time also counts
+    the time other processes hold the cores."""
+    out, times, cpu = None, [], []
     for _ in range(repeats + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     return {"cold_s": times[0], "warm_median_s": statistics.median(times[1:]), "warm_s": times[1:],
-            "result": out}
+            "cold_cpu_s": cpu[0], "warm_cpu_median_s": statistics.median(cpu[1:]),
+            "load_average_1min": os.getloadavg()[0], "result": out}
 
 
 def case(model, cluster, training, repeats: int, top_k: int = 10, **options) -> dict:

@@ -43,6 +43,7 @@ from topology.collectives import alltoall_time_s
 from topology.groups import GroupLink, group_links
 
 
+@lru_cache(maxsize=65536)  # read-only results; every MoE layer term of a search asks again
 def expert_links(ctx: CostContext, *, etp: int, ep: int, edp: int, pp: int) -> dict[str, GroupLink]:
     """Links of the expert groups: 'etp' (expert TP), 'ep' and 'edp' (expert-DP), every group
     of a kind active at once (module docstring: the CP / DP groups of degrees (etp, ep, edp, pp))."""

@@ -208,7 +208,7 @@ def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) ->
     tp, pp, cp, dp, sp, mb, ep, etp = g
     m, spb = accum(dp, mb), bool(sp)
     v_max = max(r[4] for r in rows)
-    n_moe = sum(t.moe_mask)
+    n_moe = t.moe_layers
 
     def work_s(rc: str) -> float:
         layer = t.layer(tp, cp, spb, rc, mb)

@@ -91,6 +91,7 @@ class _Terms:
                 ctx, tp=tp, cp=cp, sp=bool(sp), recompute=rc, micro_batch=mb, pp=pp, vpp=1, grad_accum=m,
                 split=(n,) * pp))
         self.moe_mask = moe_layer_mask(ctx.model)
+        self.moe_layers = sum(self.moe_mask)  # MoE layers of the model
         # moe_comm.moe_layer_extra_s in its two parts: the compute does not read dp, pp or links
         self.moe_compute = lru_cache(maxsize=None)(
             lambda tp, cp, rc, mb, ep, etp: moe_layer_compute(ctx, tp=tp, cp=cp, recompute=rc, micro_batch=mb,
