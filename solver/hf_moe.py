@@ -16,41 +16,42 @@ from __future__ import annotations
 from typing import Any
 
 from solver.errors import Problem, SpecError
+from solver.hf_routing import deepseek_routing, llama4_fields, rope_scaling, topk_norm
 
 # Keys that change neither parameter shapes nor training FLOPs (every family).
 _INERT = frozenset({
     "architectures", "model_type", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
     "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps",
-    "rope_theta", "rope_scaling", "max_position_embeddings", "use_cache", "attention_dropout",
+    "rope_theta", "max_position_embeddings", "use_cache", "attention_dropout",
     "output_router_logits", "router_aux_loss_coef", "auto_map", "return_dict",
-    "output_attentions", "output_hidden_states", "norm_topk_prob", "router_jitter_noise",
+    "output_attentions", "output_hidden_states", "router_jitter_noise",
     # quantization_config describes how the published weights are stored (DeepSeek-V3: FP8
     # e4m3 128x128 blocks), not the architecture; training precision is training.precision.
     "quantization_config",
 })
-_DENSE_READ = frozenset({"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+_DENSE_READ = frozenset({"rope_scaling", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                          "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
                          "hidden_act", "attention_bias"})
 _QWEN = frozenset({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
-                   "mlp_only_layers", "use_sliding_window", "sliding_window", "max_window_layers"})
+                   "mlp_only_layers", "use_sliding_window", "sliding_window", "max_window_layers",
+                   "norm_topk_prob"})
 _DEEPSEEK = frozenset({
     "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
     "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
     "qk_rope_head_dim", "v_head_dim", "scoring_func", "topk_method", "num_nextn_predict_layers",
-    # group-limited routing, score scaling, aux-loss weights, the HF port's expert-parallel and
-    # pretraining-TP hints and RoPE layout change no parameter and no FLOP count:
-    "n_group", "topk_group", "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size",
-    "pretraining_tp", "rope_interleave"})
+    "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob",
+    # aux-loss weights, the HF port's expert-parallel and pretraining-TP hints and RoPE layout
+    # change no parameter, no FLOP count and not the model trained:
+    "aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp", "rope_interleave"})
 KNOWN_KEYS: dict[str, frozenset[str]] = {
     "mixtral": _DENSE_READ | {"num_local_experts", "num_experts_per_tok", "sliding_window"},
     "qwen2_moe": _DENSE_READ | _QWEN | {"shared_expert_intermediate_size", "qkv_bias"},
     "qwen3_moe": _DENSE_READ | _QWEN,
-    "olmoe": _DENSE_READ | {"num_experts", "num_experts_per_tok", "clip_qkv"},
+    "olmoe": _DENSE_READ | {"num_experts", "num_experts_per_tok", "clip_qkv", "norm_topk_prob"},
     "deepseek_v2": _DENSE_READ | _DEEPSEEK,
     "deepseek_v3": _DENSE_READ | _DEEPSEEK,
-    # Llama 4: QK L2 norm has no weights; NoPE layers, chunked-attention and temperature-tuning
-    # keys change no parameter (attention FLOPs are counted unchunked: an over-count only
-    # beyond attention_chunk_size tokens).
+    # Llama 4: QK L2 norm, NoPE layers and chunked attention are read (solver.hf_llama4);
+    # temperature tuning (a query scale on the NoPE layers) changes no parameter and no FLOP.
     "llama4_text": _DENSE_READ | {
         "num_local_experts", "num_experts_per_tok", "intermediate_size_mlp", "interleave_moe_layer_step",
         "moe_layers", "use_qk_norm", "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size",
@@ -108,6 +109,7 @@ def _base(data: dict[str, Any], kind: str) -> dict[str, Any]:
         "head_dim": data.get("head_dim") or (hidden // heads if whole else hidden),
         "vocab": _need(data, "vocab_size"), "tied_embeddings": _tied(data, kind),
         "position_embedding": "rope", "norm": "rmsnorm", "bias": False,
+        "rope_scaling": rope_scaling(data),
     }
 
 
@@ -134,7 +136,7 @@ def _qwen(data: dict[str, Any], kind: str) -> dict[str, Any]:
     if data.get("mlp_only_layers"):
         raise _refuse("mlp_only_layers", "explicit dense-layer lists are not modelled")
     out["moe"] = {**_routed(data, "num_experts", _need(data, "moe_intermediate_size")),
-                  "layer_step": data.get("decoder_sparse_step") or 1}
+                  "layer_step": data.get("decoder_sparse_step") or 1, "router_topk_norm": topk_norm(data, kind)}
     if kind == "qwen2_moe":  # Qwen2MoeAttention: q/k/v_proj bias=True; one gated shared expert
         out["qkv_bias"] = True
         out["moe"].update(shared_experts=1, shared_expert_gate=True,
@@ -147,7 +149,7 @@ def _qwen(data: dict[str, Any], kind: str) -> dict[str, Any]:
 def _olmoe(data: dict[str, Any]) -> dict[str, Any]:
     out = _base(data, "olmoe")
     out["qk_norm"] = "full"  # OlmoeAttention: q_norm RMSNorm(D), k_norm RMSNorm(K dh)
-    out["moe"] = _routed(data, "num_experts", out["ffn_hidden"])
+    out["moe"] = {**_routed(data, "num_experts", out["ffn_hidden"]), "router_topk_norm": topk_norm(data, "olmoe")}
     return out
 
 
@@ -171,7 +173,8 @@ def _deepseek(data: dict[str, Any], kind: str) -> dict[str, Any]:
     out["moe"] = {**_routed(data, "n_routed_experts", _need(data, "moe_intermediate_size")),
                   "shared_experts": data.get("n_shared_experts") or 0,
                   "first_dense_layers": data.get("first_k_dense_replace") or 0,
-                  "router": scoring, "router_bias": method == "noaux_tc"}
+                  "router": scoring, "router_bias": method == "noaux_tc",
+                  **deepseek_routing(data, kind)}
     return out
 
 
@@ -186,9 +189,10 @@ def _llama4(data: dict[str, Any]) -> dict[str, Any]:
     # Llama4TextMoe: experts and the one shared expert have width intermediate_size; dense
     # layers (Llama4TextMLP) intermediate_size_mlp.
     out["ffn_hidden"] = _need(data, "intermediate_size_mlp")
+    extra = llama4_fields(data, layers)
     out["moe"] = {**_routed(data, "num_local_experts", _need(data, "intermediate_size")),
-                  "shared_experts": 1, "layer_step": step}
-    return out
+                  "shared_experts": 1, "layer_step": step, **extra.pop("moe")}
+    return {**out, **extra}
 
 
 def read_moe_config(kind: str, data: dict[str, Any]) -> dict[str, Any]:

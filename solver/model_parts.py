@@ -19,7 +19,8 @@ from solver.errors import Problem, SpecError
 from topology.spec import StrictModel
 
 Router = Literal["softmax", "sigmoid"]
-QkNorm = Literal["none", "head", "full"]
+QkNorm = Literal["none", "head", "full", "l2"]
+RopeScalingKind = Literal["yarn", "llama3"]
 
 
 class MoESpec(StrictModel):
@@ -51,12 +52,48 @@ class MoESpec(StrictModel):
         default=False,
         description="Per-expert score-correction bias of auxiliary-loss-free balancing "
                     "(DeepSeek-V3 e_score_correction_bias: E parameters per MoE layer).")
+    # Routing details (HF keys: norm_topk_prob, routed_scaling_factor, n_group / topk_group;
+    # DeepseekV3TopkRouter / DeepseekV3MoE.route_tokens_to_experts, Llama4TextMoe.forward at
+    # huggingface/transformers 008e5743). They change no parameter and no FLOP count, but an
+    # export that drops them trains a different model.
+    router_topk_norm: bool = Field(
+        default=True,
+        description="The top-k scores are renormalised to sum to 1 (HF norm_topk_prob; Mixtral "
+                    "always; false in DeepSeek-V2-Lite, OLMoE, Qwen1.5-MoE, Llama 4).")
+    router_scale: float = Field(
+        default=1.0, gt=0, le=1_000,
+        description="Factor on the routed experts' weights (HF routed_scaling_factor; DeepSeek-V3 2.5).")
+    router_groups: int = Field(
+        default=1, ge=1, le=100_000,
+        description="Expert groups of group/node-limited routing (HF n_group; DeepSeek-V3 8); 1: none.")
+    router_group_topk: int = Field(
+        default=1, ge=1, le=100_000,
+        description="Groups each token may use (HF topk_group; DeepSeek-V3 4); equals router_groups "
+                    "or 1 with a single group.")
+    router_on_input: bool = Field(
+        default=False,
+        description="The routing weight scales the expert's INPUT, not its output (Llama 4: "
+                    "routed_in = hidden_states * router_scores).")
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
         if self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token: {self.experts_per_token} exceeds experts ({self.experts})")
+        if self.experts % self.router_groups:
+            raise ValueError(f"router_groups: {self.router_groups} does not divide experts ({self.experts})")
+        if self.router_group_topk > self.router_groups:
+            raise ValueError(f"router_group_topk: {self.router_group_topk} exceeds router_groups "
+                             f"({self.router_groups})")
+        if self.experts_per_token > self.router_group_topk * (self.experts // self.router_groups):
+            raise ValueError(f"router_group_topk: {self.router_group_topk} groups of "
+                             f"{self.experts // self.router_groups} experts hold fewer than "
+                             f"experts_per_token ({self.experts_per_token})")
         return self
+
+    @property
+    def group_limited(self) -> bool:
+        """Whether routing is limited to router_group_topk of router_groups expert groups."""
+        return self.router_group_topk < self.router_groups
 
     @property
     def shared_width(self) -> int:
@@ -92,6 +129,41 @@ class MLASpec(StrictModel):
     def qk_head_dim(self) -> int:
         """Query/key size per head: non-rope plus rope parts."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class RopeScalingSpec(StrictModel):
+    """RoPE frequency scaling (HF rope_scaling; transformers 008e5743
+    modeling_rope_utils.py _compute_yarn_parameters / _compute_llama3_parameters). Changes no
+    parameter and no FLOP count; exports write it or refuse the model."""
+
+    kind: RopeScalingKind = Field(description="yarn (DeepSeek-V3) or llama3 (Llama 3.1, Llama 4).")
+    factor: float = Field(gt=0, le=10_000, description="Context extension factor.")
+    original_max_positions: int = Field(ge=1, le=100_000_000, description="Context length before scaling.")
+    beta_fast: float | None = Field(default=None, gt=0, le=10_000, description="yarn only.")
+    beta_slow: float | None = Field(default=None, gt=0, le=10_000, description="yarn only.")
+    mscale: float | None = Field(default=None, ge=0, le=10_000, description="yarn only.")
+    mscale_all_dim: float | None = Field(default=None, ge=0, le=10_000, description="yarn only.")
+    low_freq_factor: float | None = Field(default=None, gt=0, le=10_000, description="llama3 only.")
+    high_freq_factor: float | None = Field(default=None, gt=0, le=10_000, description="llama3 only.")
+
+    @model_validator(mode="after")
+    def _check(self) -> RopeScalingSpec:
+        other = ("low_freq_factor", "high_freq_factor") if self.kind == "yarn" else \
+            ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+        given = [k for k in other if getattr(self, k) is not None]
+        if given:
+            raise ValueError(f"{given[0]}: not a parameter of {self.kind} scaling")
+        return self
+
+
+def chunked_keys_per_token(seq_len: int, chunk: int | None) -> float:
+    """Mean keys a query attends to (non-causal count) in a layer whose attention is local
+    within chunks of `chunk` tokens: with S = q C + r, (q C^2 + r^2) / S; S when unchunked
+    or S <= C (HF Llama 4 chunked_attention_mask: a token sees its own chunk only)."""
+    if chunk is None or seq_len <= chunk:
+        return float(seq_len)
+    q, r = divmod(seq_len, chunk)
+    return (q * chunk * chunk + r * r) / seq_len
 
 
 def refuse_unmodelled(model: object, what: str) -> None:

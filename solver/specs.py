@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from solver.frameworks.profile import DEFAULT_FRAMEWORK, FrameworkName, Fp8Recipe, RecomputeModule
-from solver.model_parts import MLASpec, MoESpec, QkNorm
+from solver.model_parts import MLASpec, MoESpec, QkNorm, RopeScalingSpec
 from topology.spec import StrictModel
 
 Recompute = Literal["none", "selective", "full"]
@@ -62,7 +62,18 @@ class ModelSpec(StrictModel):
     qk_norm: QkNorm = Field(
         default="none",
         description="RMSNorm on queries and keys: 'head' normalizes each head (Qwen3: 2 x head_dim "
-                    "scales per layer), 'full' the whole projection (OLMoE: H dh + K dh scales).")
+                    "scales per layer), 'full' the whole projection (OLMoE: H dh + K dh scales); "
+                    "'l2' a weightless L2 norm on the RoPE layers (Llama 4 use_qk_norm).")
+    nope_layer_interval: int | None = Field(
+        default=None, ge=1, le=1_024,
+        description="Every n-th layer (1-based: (i + 1) % n == 0) has no RoPE and attends globally "
+                    "(Llama 4 NoPE layers, no_rope_layers / no_rope_layer_interval 4); None: none.")
+    attention_chunk_tokens: int | None = Field(
+        default=None, ge=1, le=100_000_000,
+        description="The RoPE layers attend only within chunks of this many tokens (Llama 4 "
+                    "attention_chunk_size 8192); None: global attention on every layer.")
+    rope_scaling: RopeScalingSpec | None = Field(
+        default=None, description="RoPE frequency scaling (HF rope_scaling); None: unscaled.")
     moe: MoESpec | None = Field(
         default=None, description="Mixture-of-experts FFN layers; None for a dense model.")
     mla: MLASpec | None = Field(
@@ -96,6 +107,12 @@ class ModelSpec(StrictModel):
         if (self.moe is not None or self.mla is not None) and (self.bias or self.position_embedding != "rope"):
             raise ValueError("bias: linear biases and learned positions are not modelled with MoE or MLA "
                              "(none of the supported MoE/MLA families has them)")
+        if (self.nope_layer_interval or self.attention_chunk_tokens) \
+                and (self.position_embedding != "rope" or self.mla is not None):
+            raise ValueError("attention_chunk_tokens: NoPE layers and chunked attention are modelled for "
+                             "RoPE attention without MLA only (Llama 4)")
+        if self.rope_scaling is not None and self.position_embedding != "rope":
+            raise ValueError("rope_scaling: needs position_embedding 'rope'")
         if self.mtp_layers and self.moe is None:
             raise ValueError("mtp_layers: modelled for DeepSeek-V3-style MoE models only")
         return self

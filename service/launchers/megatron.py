@@ -29,7 +29,9 @@ import math
 import shlex
 
 from service.launchers.common import ModelValues, model_values, refuse
-from service.launchers.megatron_moe import mla_args, moe_args, moe_notes, moe_rules, mtp_args, recompute_module_args
+from service.launchers.megatron_moe import (
+    mla_args, moe_args, moe_notes, moe_rules, mtp_args, recompute_module_args, rope_variant_args,
+)
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -158,6 +160,7 @@ def _model_args(m: ModelSpec, t: TrainingSpec, tp: int, values: ModelValues) -> 
         args.append("--qk-layernorm")
     if m.position_embedding == "rope":
         args += ["--position-embedding-type", "rope", "--rotary-base", str(int(values.rope_base))]
+        args += rope_variant_args(m)  # QK L2 norm, NoPE layers, RoPE scaling (megatron_moe.py)
     else:
         args += ["--position-embedding-type", "learned_absolute"]
     args += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",

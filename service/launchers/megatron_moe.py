@@ -9,7 +9,9 @@ Option names, types and choices are Megatron-LM's own at NVIDIA/Megatron-LM d98e
 - --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size (the TOTAL
   width of all shared experts: "num_shared_experts * ffn_size_of_each_shared_expert"),
   --moe-shared-expert-gate, --moe-router-score-function, --moe-router-enable-expert-bias,
-  --moe-grouped-gemm, --moe-token-dispatcher-type (default 'allgather'),
+  --moe-grouped-gemm, --moe-token-dispatcher-type (default 'allgather'), --moe-router-pre-softmax,
+  --moe-router-topk-scaling-factor, --moe-router-num-groups, --moe-router-group-topk,
+  --moe-apply-probs-on-input (routing_args),
   --moe-expert-capacity-factor: megatron/core/transformer/transformer_config.py;
 - --expert-model-parallel-size, --expert-tensor-parallel-size,
   --overlap-moe-expert-parallel-comm: megatron/core/model_parallel_config.py;
@@ -68,6 +70,7 @@ def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
             "--moe-router-score-function", e.router]
     if e.router_bias:
         args.append("--moe-router-enable-expert-bias")
+    args += routing_args(e)
     if e.shared_experts:
         args += ["--moe-shared-expert-intermediate-size", str(e.shared_experts * e.shared_width)]
         if e.shared_expert_gate:
@@ -79,6 +82,26 @@ def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
         args += ["--moe-expert-capacity-factor", repr(t.moe_capacity_factor)]
     if t.moe_a2a_overlap:
         args.append("--overlap-moe-expert-parallel-comm")
+    return args
+
+
+def routing_args(e: MoESpec) -> list[str]:
+    """Routing details (transformer_config.py L780-812, L949 d98e8a64; semantics in
+    moe_utils.py topk_routing_with_score_function): softmax without renormalisation is
+    --moe-router-pre-softmax (softmax over all experts, then top-k); the routed-weight factor
+    --moe-router-topk-scaling-factor; group-limited routing --moe-router-num-groups /
+    --moe-router-group-topk; weights on the expert input --moe-apply-probs-on-input. Sigmoid
+    renormalisation and the group score are fixed in Megatron; solver.frameworks.models refuses
+    a model that differs from them."""
+    args = []
+    if e.router == "softmax" and not e.router_topk_norm:
+        args.append("--moe-router-pre-softmax")
+    if e.router_scale != 1.0:
+        args += ["--moe-router-topk-scaling-factor", repr(e.router_scale)]
+    if e.group_limited:
+        args += ["--moe-router-num-groups", str(e.router_groups), "--moe-router-group-topk", str(e.router_group_topk)]
+    if e.router_on_input:
+        args.append("--moe-apply-probs-on-input")
     return args
 
 
@@ -106,6 +129,28 @@ def mla_args(m: ModelSpec) -> list[str]:
     return args
 
 
+def rope_variant_args(m: ModelSpec) -> list[str]:
+    """Llama 4's QK L2 norm (--qk-l2-norm, transformer_config.py L262) and NoPE layers
+    (--no-rope-freq N: every N-th layer skips RoPE, arguments.py L2428), and RoPE scaling:
+    with MLA --rope-type rope | yarn, --rotary-scaling-factor, --mscale, --mscale-all-dim
+    (MLATransformerConfig L3306-3330, fields copied from the same-named arguments;
+    original_max_position_embeddings 4096 and beta_fast / beta_slow 32 / 1 have no argument and
+    keep those defaults), without MLA llama3 scaling --use-rope-scaling --rope-scaling-factor
+    (rotary_pos_embedding.py L84-99: low / high frequency factors 1 / 4, original 8192 fixed).
+    What these cannot express is refused by solver.frameworks.models."""
+    args = ["--qk-l2-norm"] if m.qk_norm == "l2" else []
+    if m.nope_layer_interval:
+        args += ["--no-rope-freq", str(m.nope_layer_interval)]
+    r = m.rope_scaling
+    if m.mla is not None:  # MLA's default rope_type is yarn: always say which
+        args += ["--rope-type", "rope"] if r is None else [
+            "--rope-type", "yarn", "--rotary-scaling-factor", repr(r.factor),
+            "--mscale", repr(r.mscale), "--mscale-all-dim", repr(r.mscale_all_dim)]
+    elif r is not None:
+        args += ["--use-rope-scaling", "--rope-scaling-factor", repr(r.factor)]
+    return args
+
+
 def mtp_args(m: ModelSpec) -> list[str]:
     """Multi-token-prediction layers ([] without them)."""
     return ["--mtp-num-layers", str(m.mtp_layers)] if m.mtp_layers else []
@@ -115,6 +160,5 @@ def moe_notes(m: ModelSpec) -> list[str]:
     """What the MoE arguments leave to the user."""
     if m.moe is None:
         return []
-    return ["MoE routing details the model spec does not record are Megatron's defaults: top-k "
-            "then softmax (--moe-router-pre-softmax off), no auxiliary loss coefficient "
-            "(--moe-aux-loss-coeff 0); set them to the model's recipe"]
+    return ["MoE load balancing is not in the model spec: no auxiliary loss coefficient "
+            "(--moe-aux-loss-coeff 0); set it to the model's recipe"]

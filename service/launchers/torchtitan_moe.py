@@ -7,7 +7,8 @@ name used, extracted by benchmarks/extract_framework_options.py):
   Qwen3TransformerBlock, whose block takes a dense feed_forward or a moe per layer) built
   layer by layer with torchtitan/models/common/config_utils.py: make_gqa_config (fused QKV,
   qk_norm an RMSNorm of head_dim or None), make_moe_config / make_router_config /
-  make_routed_experts_config (score_func softmax | sigmoid, top_k, route_norm; shared experts a
+  make_routed_experts_config (score_func softmax | sigmoid, top_k, route_norm, route_scale,
+  num_expert_groups / num_limited_groups: the model's routing details; shared experts a
   make_ffn_config of shared_experts x width), make_ffn_config for the dense layers; the
   registry entry, parallelize_qwen3 and the MoE load-balancing hook come from qwen3's
   model_registry("30B-A3B"), its model replaced;
@@ -94,6 +95,23 @@ def registry_call(m: ModelSpec) -> str:
     return f'model_registry("{DEEPSEEK_FLAVOR if m.mla is not None else QWEN3_FLAVOR}")'
 
 
+def _yarn(m: ModelSpec) -> tuple[str, float]:
+    """ComplexRoPE's scaling arguments and the attention mscale (torchtitan/models/common/rope.py
+    L97-107, deepseek_v3/model.py L87-88: HF's mscale_all_dim); unscaled: 'none', 1.0."""
+    r = m.rope_scaling
+    if r is None:
+        return 'scaling="none",', 1.0
+    return (f'scaling="yarn", rope_factor={float(r.factor)!r}, beta_fast={r.beta_fast!r}, '
+            f'beta_slow={r.beta_slow!r}, original_seq_len={r.original_max_positions},',
+            r.mscale_all_dim if r.mscale_all_dim is not None else 1.0)
+
+
+def _groups(e: MoESpec) -> tuple[str, str]:
+    """num_expert_groups / num_limited_groups (None, None without group-limited routing;
+    TokenChoiceTopKRouter ranks groups by the sum of their two best scores, as DeepSeek-V3)."""
+    return (str(e.router_groups), str(e.router_group_topk)) if e.group_limited else ("None", "None")
+
+
 def _mask(m: ModelSpec) -> list[bool]:
     return [_experts(m).is_moe_layer(i) for i in range(m.layers)]
 
@@ -132,7 +150,9 @@ def _layer(moe: bool) -> Qwen3TransformerBlock.Config:
     experts = make_moe_config(
         num_experts={e.experts},
         router=make_router_config(dim={m.hidden}, num_experts={e.experts}, gate_param_init=_LINEAR_INIT,
-                                  top_k={e.experts_per_token}, score_func="{e.router}", route_norm=True),
+                                  top_k={e.experts_per_token}, score_func="{e.router}",
+                                  route_norm={e.router_topk_norm!r}, route_scale={e.router_scale!r},
+                                  num_expert_groups={_groups(e)[0]}, num_limited_groups={_groups(e)[1]}),
         routed_experts=make_routed_experts_config(
             dim={m.hidden}, hidden_dim={e.expert_ffn_hidden}, num_experts={e.experts}, top_k={e.experts_per_token},
             param_init=_moe_experts_init({m.layers}), comm_backend="standard"),
@@ -175,14 +195,17 @@ def _deepseek_model_code(m: ModelSpec, t: TrainingSpec) -> str:
         qk_nope_head_dim={a.qk_nope_head_dim},
         qk_rope_head_dim={a.qk_rope_head_dim},
         v_head_dim={a.v_head_dim},
-        mscale=1.0,
+        mscale={_yarn(m)[1]!r},
         dense_hidden_dim={m.ffn_hidden},
         moe_hidden_dim={e.expert_ffn_hidden},
         num_experts={e.experts},
         num_shared_experts={e.shared_experts},
         router_top_k={e.experts_per_token},
         router_score_func="{e.router}",
-        router_route_norm=True,
+        router_route_norm={e.router_topk_norm!r},
+        router_route_scale={e.router_scale!r},
+        router_num_expert_groups={_groups(e)[0]},
+        router_num_limited_groups={_groups(e)[1]},
         attn_backend="flex",
         moe_comm_backend="standard",
         non_blocking_capacity_factor=None,
@@ -192,7 +215,7 @@ def _deepseek_model_code(m: ModelSpec, t: TrainingSpec) -> str:
         depth_experts_init=_depth_experts_init,
         rope=ComplexRoPE.Config(
             dim={a.qk_rope_head_dim}, max_context_length={m.max_positions or t.seq_len}, theta={v.rope_base!r},
-            scaling="none",
+            {_yarn(m)[0]}
         ),
     )
     for block in layers:
@@ -218,14 +241,7 @@ def moe_model_code(m: ModelSpec, t: TrainingSpec) -> str:
 
 
 def moe_notes(m: ModelSpec) -> list[str]:
-    """What the MoE module leaves to the user (routing details the model spec does not record)."""
-    notes = ["routing: top-k scores renormalised (route_norm=True, Mixtral's and Qwen3's "
-             "norm_topk_prob), route_scale 1.0, no node-limited expert groups: the model spec does not "
-             "record these; change them to the model's recipe (e.g. DeepSeek-V3: route_scale 2.5, "
-             "8 groups / 4 limited; OLMoE and DeepSeek-V2: route_norm False)",
-             "the standard all-to-all token dispatcher drops no tokens (torchtitan "
+    """What the MoE module leaves to the user."""
+    notes = ["the standard all-to-all token dispatcher drops no tokens (torchtitan "
              "models/common/config_utils.py make_token_dispatcher_config)"]
-    if m.mla is not None:
-        notes.append("RoPE scaling is 'none': set DeepSeek's YaRN (scaling='yarn', rope_factor, "
-                     "original_seq_len) by hand when the model uses it")
     return notes

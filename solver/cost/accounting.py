@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from solver.cost.moe_params import mla_params, moe_block_params, mtp_params, qk_norm_params
 from solver.errors import SpecError
+from solver.model_parts import chunked_keys_per_token
 from solver.specs import LayoutSpec, ModelSpec, PrecisionRecipe, TrainingSpec
 
 
@@ -224,17 +225,31 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     MLA's real shapes: QK^T runs over the query/key head size (d_nope + d_rope) and AV over
     the value head size d_v, so the sum is 6 S H (d_qk + d_v) L (DeepSeek-V2 eqs. 9-19;
     with d_qk = d_v = dh it is the formula above).
+    Chunked local attention (Llama 4 attention_chunk_tokens C on its RoPE layers): a query sees
+    only its own chunk, so S is replaced on those layers by the mean keys per query,
+    (q C^2 + r^2) / S with S = q C + r (solver.model_parts.chunked_keys_per_token); the NoPE
+    layers keep S. The causal convention halves this like every other attention count.
     """
     if m.mla is not None:
         return 6.0 * seq_len * m.heads * (m.mla.qk_head_dim + m.mla.v_head_dim) * m.layers
-    return 12.0 * seq_len * m.heads * m.head_dim * m.layers
+    return 12.0 * m.heads * m.head_dim * _keys_summed_over_layers(m, seq_len)
+
+
+def _keys_summed_over_layers(m: ModelSpec, seq_len: int) -> float:
+    """Sum over layers of the mean keys each query attends to (S on a global layer)."""
+    if m.attention_chunk_tokens is None:
+        return float(seq_len * m.layers)
+    n = m.nope_layer_interval
+    nope = m.layers // n if n else 0
+    return nope * seq_len + (m.layers - nope) * chunked_keys_per_token(seq_len, m.attention_chunk_tokens)
 
 
 # The FLOP convention every MFU and run-time figure uses, printed beside them.
 FLOP_CONVENTION = ("model FLOPs = 6 N_active T + attention; N_active = parameters one token "
                    "passes (a dense model's total; MoE: non-expert parameters, embedding and LM "
                    "head included, shared and top-k routed experts); attention 12 S T H dh L, "
-                   "MLA 6 S T H (d_qk + d_v) L; MFU = model FLOPs / (time x peak)")
+                   "MLA 6 S T H (d_qk + d_v) L, chunked local layers (Llama 4) with S -> "
+                   "(q C^2 + r^2) / S for S = q C + r; MFU = model FLOPs / (time x peak)")
 
 
 def attention_convention(causal: bool) -> str:

@@ -83,7 +83,56 @@ def _megatron(m: Any) -> _Rules:
         out.add("model.qk_norm", "Megatron-LM's --qk-layernorm normalizes each attention head "
                 "(q_layernorm/k_layernorm of hidden_size_per_attention_head), not the whole projection",
                 MEGATRON, "megatron/core/transformer/attention.py")
+    if m.attention_chunk_tokens is not None:
+        out.add("model.attention_chunk_tokens", "Megatron-LM's TransformerConfig has no chunked local "
+                "attention (only sliding windows)", MEGATRON, "megatron/core/transformer/transformer_config.py")
+    if m.qk_norm == "l2" and (m.nope_layer_interval or m.mla is not None):
+        out.add("model.qk_norm", "Megatron-LM's --qk-l2-norm puts an L2Norm on every layer's queries and "
+                "keys (none with MLA); the model has it on its RoPE layers only", MEGATRON,
+                "megatron/core/models/gpt/gpt_layer_specs.py")
+    if m.rope_scaling is not None:
+        _megatron_rope_scaling(m, out)
+    if m.moe is not None:
+        _megatron_routing(m.moe, out)
     return out
+
+
+# Values Megatron-LM fixes (no argument): MLA YaRN (transformer_config.py L3315-3330) and the
+# llama3 scaling of RotaryEmbedding._apply_scaling (rotary_pos_embedding.py L92-99).
+_MEGATRON_FIXED = {"yarn": {"original_max_positions": 4096, "beta_fast": 32, "beta_slow": 1},
+                   "llama3": {"original_max_positions": 8192, "low_freq_factor": 1, "high_freq_factor": 4}}
+
+
+def _megatron_rope_scaling(m: Any, out: _Rules) -> None:
+    r, path = m.rope_scaling, "megatron/core/transformer/transformer_config.py"
+    if (r.kind == "yarn") != (m.mla is not None):
+        out.add("model.rope_scaling", f"the export writes {r.kind} RoPE scaling "
+                f"{'with latent attention only' if r.kind == 'yarn' else 'without latent attention only'}",
+                MEGATRON, path)
+        return
+    if r.kind == "yarn" and (r.mscale is None or r.mscale_all_dim is None):
+        out.add("model.rope_scaling.mscale", "Megatron-LM's MLA YaRN needs mscale and mscale_all_dim",
+                MEGATRON, path)
+    for key, value in _MEGATRON_FIXED[r.kind].items():
+        if getattr(r, key) != value:
+            out.add(f"model.rope_scaling.{key}", f"Megatron-LM fixes {r.kind} {key} at {value} (no argument)",
+                    MEGATRON, path)
+
+
+def _megatron_routing(e: Any, out: _Rules) -> None:
+    """topk_routing_with_score_function (moe_utils.py L766-930): softmax after top-k renormalises,
+    --moe-router-pre-softmax does not; sigmoid scores are renormalised exactly when topk > 1;
+    groups are ranked by the sum of their best topk / group_topk scores (HF noaux_tc: best 2)."""
+    path = "megatron/core/transformer/moe/moe_utils.py"
+    if e.router == "sigmoid" and e.router_topk_norm != (e.experts_per_token > 1):
+        out.add("model.moe.router_topk_norm", "Megatron-LM renormalises sigmoid top-k scores exactly "
+                "when topk > 1 (no option)", MEGATRON, path)
+    if e.router_on_input and e.experts_per_token > 1:
+        out.add("model.moe.router_on_input", "Megatron-LM's --moe-apply-probs-on-input works with "
+                "moe_router_topk 1 only (experts.py L918-921)", MEGATRON, "megatron/core/transformer/moe/experts.py")
+    if e.group_limited and e.experts_per_token != 2 * e.router_group_topk:
+        out.add("model.moe.router_group_topk", "Megatron-LM ranks expert groups by their best "
+                "topk / group_topk scores; the model ranks them by their best 2", MEGATRON, path)
 
 
 def _titan_dense(m: Any, out: _Rules) -> None:
@@ -115,6 +164,10 @@ def _titan_common(m: Any, out: _Rules) -> None:
 
 def _titan_moe(m: Any, out: _Rules) -> None:
     e = m.moe
+    if e.router_on_input:
+        out.add("model.moe.router_on_input", "torchtitan's MoE applies the routing scores to the "
+                "experts' outputs in the token dispatcher's combine, with no option to scale their inputs",
+                TITAN, "torchtitan/models/common/moe.py")
     if e.shared_expert_gate:
         out.add("model.moe.shared_expert_gate", "torchtitan's MoE adds the shared experts' output "
                 "without a gate (MoE.forward)", TITAN, "torchtitan/models/common/moe.py")
@@ -136,9 +189,33 @@ def _titan_moe(m: Any, out: _Rules) -> None:
                 "routed expert) (build_mla_moe_layers)", TITAN, path)
 
 
+def _titan_rope_scaling(m: Any, out: _Rules) -> None:
+    """The export writes YaRN in DeepSeek-V3's ComplexRoPE (rope.py L97-107: rope_factor,
+    beta_fast, beta_slow, original_seq_len) and its softmax mscale (deepseek_v3/model.py L87-88:
+    HF's mscale_all_dim; HF's cos/sin factor mscale / mscale_all_dim must then be 1)."""
+    r = m.rope_scaling
+    if r is None:
+        return
+    if m.mla is None or r.kind != "yarn":
+        out.add("model.rope_scaling", "the export writes RoPE scaling only as DeepSeek-V3's YaRN "
+                "(qwen3's CosSinRoPE is written unscaled)", TITAN, "torchtitan/models/common/rope.py")
+    elif None in (r.beta_fast, r.beta_slow, r.mscale_all_dim):
+        out.add("model.rope_scaling", "the export writes beta_fast, beta_slow and mscale_all_dim as the "
+                "model states them: state all three", TITAN, "torchtitan/models/common/rope.py")
+    elif r.mscale != r.mscale_all_dim:
+        out.add("model.rope_scaling.mscale", "torchtitan's DeepSeek-V3 has one mscale (the softmax scale's); "
+                "the model's mscale differs from its mscale_all_dim", TITAN, "torchtitan/models/deepseek_v3/model.py")
+
+
 def _torchtitan(m: Any) -> _Rules:
     out = _Rules()
     _titan_common(m, out)
+    _titan_rope_scaling(m, out)
+    if m.attention_chunk_tokens is not None or m.nope_layer_interval is not None or m.qk_norm == "l2":
+        out.add("model.attention_chunk_tokens" if m.attention_chunk_tokens is not None else
+                "model.nope_layer_interval" if m.nope_layer_interval is not None else "model.qk_norm",
+                "the qwen3 / llama3 / deepseek_v3 blocks the export writes have no chunked attention, "
+                "NoPE layers or QK L2 norm (Llama 4's iRoPE)", TITAN, "torchtitan/models/common/config_utils.py")
     if m.moe is None:
         _titan_dense(m, out)
         return out
@@ -164,6 +241,12 @@ def _deepspeed(m: Any) -> _Rules:
     if m.mla is not None:
         out.add("model.mla", "the DeepSpeed export's Hugging Face Llama config has no latent attention",
                 DEEPSPEED, "deepspeed/module_inject/auto_tp.py")
+    if m.attention_chunk_tokens is not None or m.nope_layer_interval is not None:
+        out.add("model.attention_chunk_tokens", "the DeepSpeed export's Hugging Face Llama config has no "
+                "chunked attention or NoPE layers", DEEPSPEED, "deepspeed/module_inject/auto_tp.py")
+    if m.rope_scaling is not None:
+        out.add("model.rope_scaling", "the DeepSpeed export's Hugging Face Llama config does not write "
+                "rope_scaling", DEEPSPEED, "deepspeed/module_inject/auto_tp.py")
     e = m.moe
     if e is None:
         return out
@@ -173,6 +256,14 @@ def _deepspeed(m: Any) -> _Rules:
     if e.router_bias:
         out.add("model.moe.router_bias", "DeepSpeed's TopKGate has no score-correction bias (its gate is "
                 "one bias-free Linear)", DEEPSPEED, gate)
+    if e.router_topk_norm != (e.experts_per_token > 1):
+        out.add("model.moe.router_topk_norm", "DeepSpeed's top1gating keeps the softmax score, "
+                "top2gating and topkgating renormalise the kept scores (L407-411, L497-501)", DEEPSPEED, gate)
+    for field, on in (("router_scale", e.router_scale != 1.0), ("router_groups", e.group_limited),
+                      ("router_on_input", e.router_on_input)):
+        if on:
+            out.add(f"model.moe.{field}", "DeepSpeed's TopKGate has no score scaling, expert groups or "
+                    "routing weights on the expert input", DEEPSPEED, gate)
     if e.shared_experts:
         out.add("model.moe.shared_experts", "DeepSpeed's MoE has no shared experts: use_residual mixes one "
                 "dense MLP with a learned softmax coefficient (Residual MoE), not an added shared expert",
