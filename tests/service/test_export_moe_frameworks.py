@@ -114,7 +114,8 @@ def test_megatron_writes_per_head_qk_norm():
 @pytest.mark.parametrize(("name", "framework", "fields"), [
     ("deepseek-v3", "torchtitan", {"model.mtp_layers"}),
     ("deepseek-v3", "deepspeed", {"model.mtp_layers", "model.mla", "model.moe.router", "model.moe.router_bias",
-                                  "model.moe.shared_experts", "model.moe.router_scale", "model.moe.router_groups"}),
+                                  "model.moe.shared_experts", "model.moe.router_scale", "model.moe.router_groups",
+                                  "model.rope_scaling"}),
     ("olmoe-1b-7b", "megatron-core", {"model.qk_norm"}),
     ("qwen1.5-moe-a2.7b", "torchtitan", {"model.bias", "model.moe.shared_expert_gate"}),
 ])
