@@ -3,11 +3,15 @@ side by side, the code before issue 11's worker pool ("old": a git worktree of -
 default 529325d, the parent of 1a21499 "service: solves in worker processes"), both served
 by this interpreter on their own ports.
 
-Measured, as JSON:
-* rounds: POST /v1/layouts (seed-70b on seed-512, top_k 3) at each --clients, `--requests`
-  per phase, old and new phases interleaved (new/old, then old/new, ...) so that other load
-  on a shared machine hits both alike; per round the ratio new/old of completed requests per
-  second, and the median ratio over the rounds;
+Measured, as JSON on stdout (one line per round on stderr as it goes):
+* rounds: POST /v1/layouts at each --clients, `--requests` per phase, old and new phases
+  interleaved (new/old, then old/new, ...) so that other load on a shared machine hits both
+  alike; per round and server completed requests per second, latency p50/p95/p99, server CPU
+  per request, the machine's load average at the round's start and end, and the ratio new/old
+  of requests per second; per workload and client count the median ratio over the rounds.
+  Workloads (benchmarks.load_problems): 'seed' repeats one problem; 'distinct' sends problems a
+  capacity planner would (planner_problems: model, cluster size, GPU, network, sequence and
+  batch varied), none sent twice in a run, so no worker has the problem's tables;
 * healthz: /healthz latency (probe every 20 ms, one connection) while --expensive requests
   for distinct 2,048-GPU fat-tree clusters (a new graph each) run at once on each server;
 * the peak resident memory of each server's process tree (server, forkserver, workers), and
@@ -17,8 +21,11 @@ Bounded: a fixed number of requests per phase, each phase stops at --max-phase-s
 Clients use http.client with one keep-alive connection per client thread (cheap: the load
 generator shares the machine's cores with the servers it measures).
 
-Run: python -m benchmarks.load [--rounds 5] [--clients 8] [--requests 48] [--fuzz 0]
-     [--expensive 8] [--no-old] [--old-ref REV]
+Issue 11's throughput target (2 workers, 8 clients, distinct problems, old vs new), about
+3-5 minutes on an idle 2-core machine:
+    python -m benchmarks.load --workload distinct --clients 8 --workers 2 --rounds 5 --expensive 0
+The whole set (both workloads at 8 and 32 clients, /healthz under load):
+    python -m benchmarks.load --clients 8 32
 """
 from __future__ import annotations
 
@@ -37,12 +44,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from benchmarks.load_problems import SEED, Workloads
 from benchmarks.load_server import HOST, Server
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_REF = "529325d"  # parent of 1a21499 (issue 11's worker pool): threads under the GIL
-SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
-        "options": {"top_k": 3, "time_limit_s": 2}}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -130,7 +136,7 @@ def phase(port: int, clients: int, bodies: list[bytes], max_s: float) -> dict:
             "status": {str(k): v for k, v in sorted(codes.items())},
             "ok_throughput_req_s": round(codes.get(200, 0) / wall, 3),
             "latency_s": {"p50": _pct(latencies, 0.5), "p90": _pct(latencies, 0.9),
-                          "p99": _pct(latencies, 0.99),
+                          "p95": _pct(latencies, 0.95), "p99": _pct(latencies, 0.99),
                           "mean": round(statistics.fmean(latencies), 4) if latencies else 0},
             "healthz": probe.summary()}
 
@@ -205,36 +211,42 @@ def _servers(stack: ExitStack, args) -> dict[str, Server]:
     return servers
 
 
-def workload_bodies(workload: str, n: int, salt: int) -> list[bytes]:
-    """'seed': the seed request `n` times (a scheduler asking again); 'distinct': `n` seed
-    requests whose training.tokens differ (and differ from every other round's), so no
-    worker has the problem's tables yet: the full cost of a request, every time."""
-    if workload == "seed":
-        return [json.dumps(SEED).encode()] * n
-    training = {"tokens": 300e9, "seq_len": 8192, "global_batch_tokens": 4194304}  # seed-300b
-    return [json.dumps({**SEED, "training": {**training, "tokens": 300e9 + 1e6 * (salt * n + i)}}
-                       ).encode() for i in range(n)]
-
-
 def _rounds(servers: dict[str, Server], args) -> list[dict]:
     names = list(servers)
     rounds = []
+    workloads = Workloads()
     for r, (workload, clients) in enumerate(
             (w, c) for _ in range(args.rounds) for w in args.workload for c in args.clients):
         order = names if r % 2 == 0 else names[::-1]
         row = {"round": r, "workload": workload, "clients": clients, "order": order,
-               "load_average": os.getloadavg()[0]}
-        bodies = workload_bodies(workload, args.requests, r)  # the same for both servers
+               "load_average_start": os.getloadavg()}
+        bodies = workloads.bodies(workload, args.requests)  # the same for both servers
         for name in order:
             cpu_s = servers[name].cpu_s()
             row[name] = phase(servers[name].port, clients, bodies, args.max_phase_s)
             row[name]["server_cpu_s_per_request"] = round(
                 (servers[name].cpu_s() - cpu_s) / max(1, row[name]["requests"]), 4)
+        row["load_average_end"] = os.getloadavg()
         if "old" in row and row["old"]["ok_throughput_req_s"] > 0:
             row["ratio_new_old"] = round(row["new"]["ok_throughput_req_s"]
                                          / row["old"]["ok_throughput_req_s"], 3)
         rounds.append(row)
+        print(_round_line(row, names), file=sys.stderr, flush=True)
     return rounds
+
+
+def _round_line(row: dict, names: list[str]) -> str:
+    """One round as a line: req/s and latency p50/p95/p99 per server, ratio, load average."""
+    parts = [f"round {row['round']} {row['workload']} {row['clients']} clients"]
+    for name in names:
+        m, lat = row[name], row[name]["latency_s"]
+        parts.append(f"{name} {m['ok_throughput_req_s']:.2f} req/s p50/p95/p99 "
+                     f"{lat['p50']:.2f}/{lat['p95']:.2f}/{lat['p99']:.2f} s "
+                     f"cpu {m['server_cpu_s_per_request']:.3f} s/req {m['status']}")
+    if "ratio_new_old" in row:
+        parts.append(f"new/old {row['ratio_new_old']:.2f}x")
+    parts.append(f"load {row['load_average_start'][0]:.1f}->{row['load_average_end'][0]:.1f}")
+    return " | ".join(parts)
 
 
 def _median(rows: list[dict], name: str, *path: str) -> float:
@@ -257,6 +269,7 @@ def _summary(rounds: list[dict], names: list[str]) -> dict:
         entry: dict = {name: {
             "ok_throughput_req_s_median": _median(rows, name, "ok_throughput_req_s"),
             "latency_p50_s_median": _median(rows, name, "latency_s", "p50"),
+            "latency_p95_s_median": _median(rows, name, "latency_s", "p95"),
             "latency_p99_s_median": _median(rows, name, "latency_s", "p99"),
             "healthz_p99_s_median": _median(rows, name, "healthz", "p99_s"),
             "server_cpu_s_per_request_median": _median(rows, name, "server_cpu_s_per_request")}
@@ -270,12 +283,14 @@ def _summary(rounds: list[dict], names: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, nargs="+", default=[8])
     parser.add_argument("--requests", type=int, default=48, help="requests per phase")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved old/new rounds")
     parser.add_argument("--workload", nargs="+", choices=("seed", "distinct"),
-                        default=["seed", "distinct"], help="see workload_bodies")
+                        default=["seed", "distinct"],
+                        help="seed: one problem repeated; distinct: planner problems (load_problems)")
     parser.add_argument("--fuzz", type=int, default=0, help="distinct random clusters first (new)")
     parser.add_argument("--expensive", type=int, default=8,
                         help="expensive requests at once for the /healthz phase (0: skip)")
@@ -284,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old-ref", default=OLD_REF, help="git revision served as 'old'")
     parser.add_argument("--no-old", action="store_true", help="measure this checkout only")
     args = parser.parse_args(argv)
-    out: dict = {"benchmark": "POST /v1/layouts seed-70b on seed-512 top_k 3 over HTTP",
+    out: dict = {"benchmark": "POST /v1/layouts (seed problem, distinct planner problems) top_k 3 over HTTP",
                  "old_ref": None if args.no_old else args.old_ref, "workers": args.workers,
                  "cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
     with ExitStack() as stack:
@@ -300,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, server in servers.items()}
         out["peak_tree_rss_bytes"] = {name: s.peak_rss_bytes for name, s in servers.items()}
     out["load_average_end"] = os.getloadavg()
+    for key, entry in out["summary"].items():
+        if "ratio_new_old_median" in entry:
+            print(f"{key}: median new/old {entry['ratio_new_old_median']:.2f}x over "
+                  f"{entry['ratio_new_old']}", file=sys.stderr)
     print(json.dumps(out, indent=2))
     return 0
 
