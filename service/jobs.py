@@ -80,9 +80,9 @@ def _checked(profile: Any, training: Any) -> Any:
 
 
 def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:
-    """POST /v1/layouts: ranked layouts with launcher exports and placement."""
+    """POST /v1/layouts: ranked layouts with launcher exports and placement (values that
+    `encoded` turns into the body)."""
     from service.routers import solving
-    from service.routers.errors import jsonable
 
     body, profile = _profile(body)
     model, cluster, training, options, limits, domains = _inputs(body, settings)
@@ -91,7 +91,7 @@ def layouts_job(body: dict[str, Any], settings) -> dict[str, Any]:
     stage("exports")
     result["layouts"] = [_with_exports(e, model, cluster, training)
                          for e in result.get("layouts", [])]
-    return jsonable({**result, "limits": limits})
+    return {**result, "limits": limits}
 
 
 def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
@@ -111,11 +111,11 @@ def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
 
 
 def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
-    """POST /v1/estimate: accounting and prediction for one layout."""
+    """POST /v1/estimate: accounting and prediction for one layout (values that `encoded`
+    turns into the body)."""
     from service.admission import admit
     from service.routers import solving
     from service.routers.common import problem_specs
-    from service.routers.errors import jsonable
 
     from solver.presets import priced_training
 
@@ -127,16 +127,44 @@ def estimate_job(body: dict[str, Any], settings) -> dict[str, Any]:
     stage("admit")
     admit(specs["model"], specs["cluster"], specs["training"], None, settings)
     stage("estimate")
-    return jsonable(solving.run_estimate(specs["model"], specs["cluster"], specs["training"],
-                                         specs["layout"], _checked(profile, specs["training"])))
+    return solving.run_estimate(specs["model"], specs["cluster"], specs["training"],
+                                specs["layout"], _checked(profile, specs["training"]))
 
 
 def encoded(value: Any) -> bytes:
-    """`value` as the bytes Starlette's JSONResponse would send (compact separators, UTF-8,
-    NaN refused), made in the worker: the server only copies them to the socket, and the
-    pipe carries one bytes object instead of a pickled tree of dicts."""
+    """`service.routers.errors.jsonable(value)` as the bytes Starlette's JSONResponse would
+    send (compact separators, UTF-8), made in the worker: the server only copies them to the
+    socket, and the pipe carries one bytes object instead of a pickled tree of dicts.
+
+    json.dumps walks `value` once, converting what JSON lacks as jsonable does (_plain); only
+    when it meets a non-finite float (JSON has none: jsonable writes null) or a key it cannot
+    write is the tree copied by jsonable first. Result keys are strings: the bytes are
+    jsonable's (a /v1/layouts body: about 1 ms instead of 5)."""
+    try:
+        return _dumps(value, default=_plain)
+    except (ValueError, TypeError):
+        from service.routers.errors import jsonable
+
+        return _dumps(jsonable(value))
+
+
+def _dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, indent=None,
-                      separators=(",", ":")).encode("utf-8")
+                      separators=(",", ":"), default=default).encode("utf-8")
+
+
+def _plain(obj: Any) -> Any:
+    """What jsonable makes of a value json.dumps cannot write (sets, numpy scalars, objects
+    with as_dict or model_dump, else its str)."""
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    return str(obj)
 
 
 # layouts and estimate answer the encoded body (bytes); plans answers values the server stores
