@@ -42,6 +42,7 @@ from solver.cost.step import (
 from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.errors import SolverTimeoutError
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
+from solver.search.gc_pause import without_cyclic_gc
 from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import keys_within, prune_keys
 from solver.search.rules import DENSE_ETP, accumulation
@@ -293,6 +294,7 @@ class _Terms:
         return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
 
 
+@without_cyclic_gc
 def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
               prune: bool = False, deadline: float | None = None, within_s: float | None = None) -> TermRows:
     """The two cost tables over the structurally valid rows of `lm` (see module docstring).

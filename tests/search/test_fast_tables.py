@@ -154,3 +154,31 @@ def test_micro_batches_equal_the_plain_scan():
                                 max_micro_batch=rng.choice([None, 4, 64]))
         for dp in [1, 2, 8, *rng.sample(range(3, 3000), 3)]:
             assert space.micro_batches(train, options, dp) == plain(train, options, dp), (seq, seqs, dp, options)
+
+
+def test_table_build_pauses_the_collector_and_restores_it():
+    """solver.search.gc_pause: off inside, back on after (also after an error), and left off
+    when it was off before (another build's pause)."""
+    import gc
+
+    from solver.search.gc_pause import without_cyclic_gc
+
+    inside = []
+
+    @without_cyclic_gc
+    def build(fail: bool) -> None:
+        inside.append(gc.isenabled())
+        if fail:
+            raise ValueError("bad input")
+
+    assert gc.isenabled()
+    build(False)
+    with pytest.raises(ValueError):
+        build(True)
+    assert inside == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        build(False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
