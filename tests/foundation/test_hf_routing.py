@@ -78,3 +78,10 @@ def test_chunked_attention_flops_by_hand():
     assert attention_flops_per_token(m, 20000) == pytest.approx(31_035_047_804.928, rel=1e-12)
     unchunked = m.model_copy(update={"attention_chunk_tokens": None})
     assert attention_flops_per_token(unchunked, 16384) == 61_440 * 48 * 16384
+
+
+def test_deepseek_v3_preset_routes_as_its_config():
+    # The preset is the config.json's model; only the YaRN context extension (applied after
+    # the 4K pre-training, DeepSeek-V3 report sec. 4.3) is left out of it.
+    preset, hf = load_model("deepseek-v3"), load_model(str(HF / "deepseek-v3" / "config.json"))
+    assert preset.moe == hf.moe and preset.rope_scaling is None and hf.rope_scaling is not None
