@@ -21,6 +21,7 @@ from typing import Any
 
 from solver.errors import Problem, SpecError
 from solver.hf_moe import KNOWN_KEYS, read_moe_config
+from solver.hf_routing import rope_scaling
 from solver.specs import ModelSpec
 from topology.spec import parse_spec
 
@@ -82,6 +83,7 @@ def _llama(data: dict[str, Any]) -> dict[str, Any]:
         "qkv_bias": data.get("model_type") in _QKV_BIAS,
         "qk_norm": "head" if data.get("model_type") in _QK_NORM_HEAD else "none",
         "rope_base": data.get("rope_theta"),
+        "rope_scaling": rope_scaling(data),  # Llama 3.1+: llama3; an unknown kind is refused
         "norm_eps": data.get("rms_norm_eps"),
     }
 

@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from service.launchers.common import model_values
-from service.launchers.torchtitan_moe import moe_imports, moe_model_code, moe_notes, registry_call
+from service.launchers.torchtitan_moe import llama_rope_scaling, moe_imports, moe_model_code, moe_notes, registry_call
 from solver.cost.accounting import batch_plan
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
@@ -119,7 +119,7 @@ def _model_code(m: ModelSpec, t: TrainingSpec) -> str:
             dim={m.head_dim},
             max_context_length={m.max_positions or t.seq_len},
             theta={values.rope_base!r},
-            scaling="none",
+            {llama_rope_scaling(m)}
         ),
         attn_backend="flex",
     )

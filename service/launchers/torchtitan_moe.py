@@ -106,6 +106,17 @@ def _yarn(m: ModelSpec) -> tuple[str, float]:
             r.mscale_all_dim if r.mscale_all_dim is not None else 1.0)
 
 
+def llama_rope_scaling(m: ModelSpec) -> str:
+    """ComplexRoPE's scaling arguments for the dense Llama 3 export (torchtitan/models/common/
+    rope.py L97-102: scaling "llama", scaling_factor, low/high_freq_factor,
+    original_max_position_embeddings, as HF's llama3 rope_scaling); 'none' without scaling."""
+    r = m.rope_scaling
+    if r is None or r.kind != "llama3":
+        return 'scaling="none",'
+    return (f'scaling="llama", scaling_factor={float(r.factor)!r}, low_freq_factor={r.low_freq_factor!r}, '
+            f'high_freq_factor={r.high_freq_factor!r}, original_max_position_embeddings={r.original_max_positions},')
+
+
 def _groups(e: MoESpec) -> tuple[str, str]:
     """num_expert_groups / num_limited_groups (None, None without group-limited routing;
     TokenChoiceTopKRouter ranks groups by the sum of their two best scores, as DeepSeek-V3)."""

@@ -196,9 +196,14 @@ def _titan_rope_scaling(m: Any, out: _Rules) -> None:
     r = m.rope_scaling
     if r is None:
         return
-    if m.mla is None or r.kind != "yarn":
-        out.add("model.rope_scaling", "the export writes RoPE scaling only as DeepSeek-V3's YaRN "
-                "(qwen3's CosSinRoPE is written unscaled)", TITAN, "torchtitan/models/common/rope.py")
+    if m.moe is None and m.mla is None and r.kind == "llama3":
+        if r.low_freq_factor is None or r.high_freq_factor is None:
+            out.add("model.rope_scaling", "llama3 scaling needs low_freq_factor and high_freq_factor",
+                    TITAN, "torchtitan/models/common/rope.py")
+    elif m.mla is None or r.kind != "yarn":
+        out.add("model.rope_scaling", "the export writes RoPE scaling as Llama 3's llama scaling (dense) or "
+                "DeepSeek-V3's YaRN (MLA); qwen3's CosSinRoPE has no llama scaling (rope.py L283-284)",
+                TITAN, "torchtitan/models/common/rope.py")
     elif None in (r.beta_fast, r.beta_slow, r.mscale_all_dim):
         out.add("model.rope_scaling", "the export writes beta_fast, beta_slow and mscale_all_dim as the "
                 "model states them: state all three", TITAN, "torchtitan/models/common/rope.py")

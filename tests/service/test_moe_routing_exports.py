@@ -12,7 +12,8 @@ from service.cli import main
 from solver.errors import SpecError
 from solver.specs import LayoutSpec
 from tests.service.conftest import problems
-from tests.service.framework_options import parse_megatron
+from solver.presets import load_model
+from tests.service.framework_options import parse_megatron, torchtitan_module_problems
 from tests.service.test_export_moe_frameworks import HF, _calls, _checked_torchtitan, _export, _model
 
 SMALL = {"layers": 16}  # fewer layers: the same flags, a smaller pipeline
@@ -98,3 +99,25 @@ def test_unknown_value_is_422_over_http(client):
     assert r.status_code == 422 and "model.norm_topk_prob" in problems(r)
     r = client.post("/v1/plans", json={**body, "model": _config("llama4-scout-text", no_rope_layers=[0] + [1] * 47)})
     assert r.status_code == 422 and "model.no_rope_layers" in problems(r)
+
+
+def test_dense_llama3_rope_scaling_reaches_megatron_and_torchtitan():
+    # Llama 3.1 8B's config.json: the Llama 3 8B model with rope_scaling llama3, factor 8,
+    # low/high frequency factors 1 / 4, original 8192 positions.
+    scaled = load_model(_config("llama3-8b", rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}))
+    layout = LayoutSpec(tp=1, pp=1, dp=8, zero_stage=2)
+    a = parse_megatron(_export("megatron-core", scaled, layout)["args"])
+    assert (a["use_rope_scaling"], a["rope_scaling_factor"]) == (True, 8.0)
+    module = _export("torchtitan", scaled, layout)["module"]
+    assert torchtitan_module_problems(module) == []
+    rope, = _calls(module, "ComplexRoPE.Config")
+    assert (rope["scaling"], rope["scaling_factor"], rope["low_freq_factor"], rope["high_freq_factor"],
+            rope["original_max_position_embeddings"]) == ("llama", 8.0, 1.0, 4.0, 8192)
+    with pytest.raises(SpecError) as e:
+        _export("deepspeed", scaled, layout)
+    assert {p.field for p in e.value.problems} == {"model.rope_scaling"}
+    with pytest.raises(SpecError) as e:  # another kind of scaling: refused by the reader
+        load_model(_config("llama3-8b", rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
+    assert [p.field for p in e.value.problems] == ["model.rope_scaling.rope_type"]
