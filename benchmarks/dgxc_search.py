@@ -53,7 +53,7 @@ def vpp_in_space(model, cluster, training, options: dict, pp: int, vpp: int) -> 
     """NVIDIA's (pp, vpp) is a value of the search's domains and passes its pipeline rules."""
     opts = SearchOptions.model_validate(options)
     d = domains(model, cluster, training, opts)
-    return (pp in d.pp and vpp in d.vpp and rules.pipeline_ok(model, opts, pp, vpp)
+    return (pp in d.pp and vpp in d.vpp and rules.pipeline_ok(model, opts, pp, vpp, training)
             and rules.framework_pipeline_ok(training, pp, vpp))
 
 

@@ -69,7 +69,8 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     When no layout can use all the GPUs (options.gpus, default all available) and the count
     is fixed, the largest usable counts are searched instead (solver.search.fallback) and the
     result says so (fallback, gpus_available, gpus_used). With options.split_stages each
-    layout carries its pipeline split (LayoutSpec.pipeline_layers, stage by stage costs).
+    layout carries its pipeline split (LayoutSpec.pipeline_layers, stage by stage costs; a MoE
+    model: first/last splits where its layers do not divide, solver.search.moe_split).
 
     Raises: InfeasibleError (message + explanation with the smallest fixes) when no layout
     fits; SolverTimeoutError when the time limit passes before any layout is found;
@@ -79,9 +80,6 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # A model the framework's exported configuration cannot express is refused before any
     # layout is ranked (solver.frameworks.models; the exports apply the same rules).
     refuse_model(training.framework, model, training)
-    if model.moe is not None and options.split_stages:
-        reason = "per-stage memory of explicit pipeline splits is not modelled for mixture-of-experts models yet"
-        raise SpecError(f"options.split_stages: {reason}", [Problem("options.split_stages", reason)])
     if options.gpus is not None and options.gpus > cluster.available_gpus:
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])

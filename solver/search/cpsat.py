@@ -103,7 +103,7 @@ class LayoutModel:
     def _pipeline(self) -> None:
         """PP x VPP chunks of >= 1 layer; even split unless uneven stages are allowed."""
         rows = [(p, v) for p in self.values["pp"] for v in self.values["vpp"]
-                if rules.pipeline_ok(self.spec, self.options, p, v)
+                if rules.pipeline_ok(self.spec, self.options, p, v, self.training)
                 and rules.framework_pipeline_ok(self.training, p, v)]
         self._allowed("pipeline", ("pp", "vpp"), rows)
 
@@ -207,7 +207,7 @@ class LayoutModel:
                if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
                and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
         for vpp in self.values["vpp"]:
-            if not (rules.pipeline_ok(self.spec, self.options, pp, vpp)
+            if not (rules.pipeline_ok(self.spec, self.options, pp, vpp, self.training)
                     and rules.framework_pipeline_ok(self.training, pp, vpp)):
                 continue
             rcs = [rc for rc in self.values["recompute"]  # nor does the overlap rule read them

@@ -39,13 +39,21 @@ def with_search_split(ctx: Any, options: SearchOptions, layout: LayoutSpec) -> L
     """The layout with the pipeline split the search assigns it (LayoutSpec.pipeline_layers):
     the fastest split whose busiest stage fits memory (solver.cost.step.memory_aware_split),
     or unchanged without options.split_stages, for pp = 1, or when the layers do not divide
-    and uneven stages are not allowed. ctx: the CostContext."""
+    and uneven stages are not allowed; a MoE layout whose layers do not divide over pp gets its
+    first/last split (solver.search.moe_split) whatever split_stages says. ctx: the CostContext."""
     from solver.cost.step import (
         compose_memory, memory_aware_split, split_memory_terms, stage_layer_limits, time_terms,
         usable_memory_bytes,
     )
 
-    if not options.split_stages or layout.pp == 1:
+    from solver.search import moe_split
+
+    if moe_split.applies(ctx.model, ctx.training, moe_split.allowed(options), layout.pp, layout.vpp):
+        m = accumulation(ctx.training, layout.dp, layout.micro_batch)  # a MoE first/last split
+        first_last = moe_split.first_last_split(time_terms(ctx, layout, m), layers=ctx.model.layers,
+                                                pp=layout.pp, vpp=layout.vpp, grad_accum=m)
+        return layout.model_copy(update={"pipeline_layers": first_last})
+    if not options.split_stages or layout.pp == 1 or ctx.model.moe is not None:
         return layout
     m = accumulation(ctx.training, layout.dp, layout.micro_batch)
     usable = usable_memory_bytes(ctx)

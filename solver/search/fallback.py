@@ -41,7 +41,7 @@ def usable_gpu_counts(model: ModelSpec, cluster: ClusterSpec, training: Training
     """
     target = rules.gpu_target(cluster, options)
     d = domains(model, cluster, training, options.model_copy(update={"allow_fewer_gpus": True}))
-    pps = [p for p in d.pp if rules.pipeline_ok(model, options, p, 1)]
+    pps = [p for p in d.pp if rules.pipeline_ok(model, options, p, 1, training)]
     if not (d.tp and pps and d.cp and d.dp):
         return []
     left = np.unique(np.multiply.outer(np.array(d.tp, dtype=np.int64), np.array(pps, dtype=np.int64)))

@@ -52,7 +52,10 @@ class SearchOptions(StrictModel):
                     "embedding, the last the LM head and loss; uneven when "
                     "allow_uneven_pipeline, as in Llama 3), reported as pipeline_layers. Off by "
                     "default (every stage charged as the busiest rank): it about triples the "
-                    "seed search latency (0.12 -> 0.49 s warm).")
+                    "seed search latency (0.12 -> 0.49 s warm). A MoE model keeps even splits except "
+                    "where its layers do not divide over the pp x vpp chunks: there a first/last "
+                    "split (solver.search.moe_split; Megatron-Core only), much slower for large MoE "
+                    "searches (DeepSeek-V3 on 2048 H800: about 2 min).")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")

@@ -28,7 +28,8 @@ when one of its vpp 1 rows fits (they hold at least the same activations), and w
 fits anywhere the vpp 1 rows alone are kept for the explanation. With a deadline
 (min_gpus_deadline), a group whose bound times the run's steps passes the deadline is
 dropped, and only layouts surely within it count toward K.
-With options.split_stages every stage is charged separately (solver.cost.step,
+With options.split_stages (and for a MoE model's first/last splits, solver.search.moe_split)
+every stage is charged separately (solver.cost.step,
 compose_split_step_time), and step = (m - 1/v) t_max + sum_r t_r / v >= (sum_r t_r / pp)
 (m + (pp - 1) / v) with sum_r t_r >= L x layer_s + head_extra_s is the bound instead.
 """
@@ -39,6 +40,7 @@ import math
 from types import SimpleNamespace
 from collections.abc import Callable
 
+from solver.search import moe_split
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.model import pipe_group
 from solver.search.objective import objective_units, run_steps, wall_factor_of
@@ -157,7 +159,7 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP) -> f
     if not rows:
         return math.inf
     base = _base_lower_s(lm, t, g, rows, accum, True)
-    if lm.options.split_stages:  # explicit splits (dense): the stage bound above, plus DP + optimizer
+    if _explicit_splits(lm.options, t, pp, rows):  # explicit splits: the stage bound above, plus DP + optimizer
         return base + (min(t.dp_opt(tp, cp, dp, pp, z, m, ep, etp) for z in zeros) if level >= REFINED else 0.0)
     v_max = max(r[4] for r in rows)
     lower = base + min(t.p2p(tp, cp, dp, pp, v, mb) for v in {r[4] for r in rows}) * (m + (pp - 1) / v_max)
@@ -181,9 +183,9 @@ def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> 
     monotone_fit), so a stage fits some row iff it fits the row of least activations, and
     an interleaved row, which holds at least the activations of its recompute level's vpp 1
     row (_group_values), cannot fit when that row fits no stage."""
-    if t.split_uneven is not None:
-        return rows, set(zeros)
     tp, pp, cp, dp, sp, mb, ep, etp = g
+    if t.split_uneven is not None or _explicit_splits(None, t, pp, rows):
+        return rows, set(zeros)
     rests = [(t.rest(tp, pp, cp, dp, sp, z, mb, ep, etp), z) for z in zeros]
     fit_rows, acts = [], []
     skip: set[int] = set()  # recompute levels whose vpp 1 row fits no stage
@@ -210,7 +212,8 @@ def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) ->
     v_max = max(r[4] for r in rows)
     n_moe = t.moe_layers
 
-    def work_s(rc: str) -> float:
+    def rc_terms(rc: str) -> tuple[float, float]:
+        """(one layer's time, a lower bound on a MoE layer's extra) at recompute level rc."""
         layer = t.layer(tp, cp, spb, rc, mb)
         # The MoE extra is at least its compute less the dense FFN's TP collectives a MoE layer
         # may drop (moe_comm.moe_layer_comm: all-to-all and expert-TP time >= 0, the TP change
@@ -219,9 +222,19 @@ def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) ->
             moe_s = sum(t.moe(tp, cp, spb, rc, mb, ep, etp, dp, pp))
         else:
             moe_s = t.moe_compute(tp, cp, rc, mb, ep, etp)[0] - 0.5 * layer[1] if n_moe else 0.0
-        return _rank_lower_s(lm.spec.layers, n_moe, pp, sum(layer), moe_s)
+        return sum(layer), moe_s
+
+    def work_s(rc: str) -> float:
+        return _rank_lower_s(lm.spec.layers, n_moe, pp, *rc_terms(rc))
 
     rcs = frozenset(r[7] for r in rows)
+    head = t.head(tp, cp, spb, mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
+    if t.first_last is not None and _explicit_splits(None, t, pp, rows):  # MoE first/last splits
+        vs = (min(r[4] for r in rows), v_max)
+        return min(moe_split.lower_step_s(_rank_lower_s(lm.spec.layers, n_moe, pp, layer_s, moe_s) * pp,
+                                          layers=lm.spec.layers, n_moe=n_moe, pp=pp, m=m, vpps=vs,
+                                          layer_s=layer_s, moe_s=moe_s, head_s=head)
+                   for layer_s, moe_s in map(rc_terms, (RECOMPUTE_NAMES[rc] for rc in rcs)))
     key = None if exact_moe and n_moe else (tp, pp, cp, sp, mb, ep, etp, rcs)  # the floor does not read dp
     memo = t.__dict__.setdefault("_work_floor", {})
     if key in memo:
@@ -230,10 +243,18 @@ def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) ->
         work = min(work_s(RECOMPUTE_NAMES[rc]) for rc in rcs)
         if key is not None:
             memo[key] = work
-    head = t.head(tp, cp, spb, mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
-    if lm.options.split_stages:  # explicit splits (dense models): step >= (sum_r t_r / pp)(m + (pp-1)/v)
+    if _explicit_splits(lm.options, t, pp, rows):  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
         return (work * pp + head) / pp * (m + (pp - 1) / v_max)
     return work * (m + (pp - 1) / v_max) + m * head
+
+
+def _explicit_splits(lm_options, t, pp: int, rows: list[tuple]) -> bool:
+    """Rows of the group carry explicit splits: options.split_stages (dense), or a MoE row whose
+    layers do not divide over its pp x vpp chunks (solver.search.moe_split). The split bound is
+    also a lower bound for the group's busiest-rank rows: (sum_r t_r / pp)(m + (pp - 1)/v) has
+    head_extra_s x (m + (pp - 1)/v) / pp <= m x head_extra_s of it."""
+    return bool(lm_options is not None and lm_options.split_stages and t.first_last is None) or (
+        t.first_last is not None and any(t.first_last(pp, r[4]) for r in rows))
 
 
 def _rank_lower_s(layers: int, n_moe: int, pp: int, layer_s: float, moe_s: float) -> float:

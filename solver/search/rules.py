@@ -29,6 +29,7 @@ from __future__ import annotations
 from solver.cost.accounting import batch_plan
 from solver.frameworks import capability as fwcap
 from solver.frameworks import load_framework
+from solver.search import moe_split
 from solver.search.options import SearchOptions
 from solver.specs import ModelSpec, TrainingSpec, tp_splits_heads
 from topology.spec import ClusterSpec
@@ -106,8 +107,10 @@ def sequence_parallel_ok(tp: int, sp: bool) -> bool:
     return tp > 1 or not sp
 
 
-def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int) -> bool:
-    """pp x vpp chunks of >= 1 layer; interleaving needs vpp | layers/pp; uneven only if allowed."""
+def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int,
+                training: TrainingSpec | None = None) -> bool:
+    """pp x vpp chunks of >= 1 layer; interleaving needs vpp | layers/pp; uneven only if allowed
+    (a MoE model: only as first/last stage counts its framework writes, solver.search.moe_split)."""
     chunks = pp * vpp
     if vpp > 1 and pp == 1:
         return False
@@ -116,8 +119,11 @@ def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int) -> 
     if model.layers % chunks == 0:
         return True
     # An uneven split is exported as explicit pipeline_layers (Megatron refuses layers % pp, arguments.py
-    # validate_args), which a MoE model cannot carry yet (per-stage MoE memory is not modelled).
-    return vpp == 1 and options.allow_uneven_pipeline and model.moe is None
+    # validate_args). A MoE model's is a first/last split (--decoder-first/last-pipeline-num-layers)
+    # costed per stage (solver.cost.moe_stages), where its framework writes one (moe_split.applies).
+    if model.moe is not None:
+        return moe_split.applies(model, training, moe_split.allowed(options), pp, vpp)
+    return vpp == 1 and options.allow_uneven_pipeline
 
 
 def interleave_batch_ok(pp: int, vpp: int, accum: int, training: TrainingSpec | None = None) -> bool:

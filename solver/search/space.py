@@ -109,7 +109,7 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       and any(rules.framework_tensor_ok(training, t, s) for s in (False, True)))]
     pps = _degree_values(cluster, options, g if raw else model.layers)
     vpps = [v for v in range(1, vpp_limit(model, options) + 1)
-            if raw or any(rules.pipeline_ok(model, options, p, v)
+            if raw or any(rules.pipeline_ok(model, options, p, v, training)
                           and rules.framework_pipeline_ok(training, p, v) for p in pps)]
     cps = [c for c in _degree_values(cluster, options, options.max_cp)
            if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c))]
@@ -169,7 +169,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
 
 def _inner(model, training, options, d: Domains, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int):
     for vpp in d.vpp:
-        if not (rules.pipeline_ok(model, options, pp, vpp) and rules.framework_pipeline_ok(training, pp, vpp)):
+        if not (rules.pipeline_ok(model, options, pp, vpp, training)
+                and rules.framework_pipeline_ok(training, pp, vpp)):
             continue
         for mb in d.micro_batch:
             if not rules.batch_ok(training, options, dp, mb):

@@ -41,6 +41,7 @@ from solver.cost.step import (
 )
 from solver.cost.terms import CostContext, with_rank_order, layers_on_rank
 from solver.errors import SolverTimeoutError
+from solver.search import moe_split
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.gc_pause import without_cyclic_gc
 from solver.search.model import TermRows, pipe_group, shard_group
@@ -60,12 +61,13 @@ def expert_kw(ep: int, etp: int) -> dict[str, int]:
 class _Terms:
     """Memoized term evaluations for one problem (each keyed by its own scalars only)."""
 
-    def __init__(self, ctx: CostContext, split_uneven: bool | None = None, with_time: bool = True) -> None:
+    def __init__(self, ctx: CostContext, split_uneven: bool | None = None, with_time: bool = True,
+                 first_last=None) -> None:
         """split_uneven: None charges every stage as the busiest rank (the default cost
         model); True/False gives each pp > 1 row the split step.chosen_split assigns.
         with_time=False: pipeline seconds are 0 (memory-only questions); time terms are then
         evaluated only where a split is chosen (the split decides the memory)."""
-        self.ctx, self.split_uneven, self.with_time = ctx, split_uneven, with_time
+        self.ctx, self.split_uneven, self.with_time, self.first_last = ctx, split_uneven, with_time, first_last
         self.emb = lru_cache(maxsize=None)(
             lambda tp, cp, mb: T.embedding_s(ctx, tp=tp, cp=cp, micro_batch=mb))
         self.layer = lru_cache(maxsize=None)(self._layer)
@@ -163,8 +165,8 @@ class _Terms:
 
     def split(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m) -> tuple[int, ...] | None:
         """The row's pipeline split (None: the busiest-rank model)."""
-        if self.split_uneven is None:
-            return None
+        if self.split_uneven is None:  # a MoE row's first/last split, else None (solver.search.moe_split)
+            return moe_split.row_split(self, (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp), m)
         terms = self.time_terms(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
         return chosen_split(terms, layers=self.ctx.model.layers, pp=pp, vpp=vpp, grad_accum=m,
                             uneven=self.split_uneven)
@@ -192,13 +194,17 @@ class _Terms:
         (split, pipe_s and act; memoized: the pruning and the tables share them)."""
         split = self.split(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m)
         pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp, m, split) if self.with_time else 0.0
+        if split is not None and etp != DENSE_ETP:  # a MoE split: its busiest rank's activations
+            return split, pipe_s, moe_split.row_act(self.ctx, split, m, tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp), None
         return (split, pipe_s, *self.act(tp, cp, sp, rc, mb, pp, vpp, m, split, ep, etp))
 
     def _pair_memory(self, shard: tuple, vpp: int, rc: str, m: int) -> float:
         """Memory per GPU of the layout of a shard row (tp, pp, cp, dp, sp, zero, mb, ep, etp)
         with pipeline fields vpp and rc (pair_total of the memoized row and shard terms)."""
         tp, pp, cp, dp, sp, _zero, mb, ep, etp = shard
-        _, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m)
+        split, _, act, prof = self.row(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m)
+        if split is not None and etp != DENSE_ETP:  # a MoE split: solver.cost.moe_stages' busiest rank
+            return moe_split.pair_bytes(self.ctx, shard, vpp, rc, m, split)
         return self.pair_total(shard, self.rest(*shard), act, prof)
 
     def _variant_memory(self, shard: tuple, vpp: int, rc: str, m: int, split: tuple[int, ...]) -> float:
@@ -316,7 +322,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
 
     ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
                           lm.options.rank_orders[0])
-    t = _Terms(ctx, lm.options.allow_uneven_pipeline if lm.options.split_stages else None, with_time)
+    t = _Terms(ctx, moe_split.dense_uneven(lm), with_time, moe_split.rule_for(lm))  # MoE splits: first_last
     accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
 
     def accum_of(dp: int, mb: int) -> int:
@@ -367,7 +373,7 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     # Without splits memory_total is a float sum in which the activation bytes enter once, so
     # it never decreases as they grow (IEEE rounding is monotone): fitting is a threshold on act.
     return TermRows(keys, pipe, shards, shard_units, STEP_ERROR_UNITS, fits, memory, act, [sum(r) for r in rest],
-                    monotone_fit=t.split_uneven is None, pipe_splits=splits)
+                    monotone_fit=t.split_uneven is None and all(s is None for s in splits), pipe_splits=splits)
 
 
 def _add_memory_variants(t: _Terms, keys: list, splits: list, pipe: list, act: list, shards: list,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from solver.cost.estimate import estimate_layout
-from solver.errors import SpecError
 from solver.search import exhaustive_search, search_layouts
 from solver.search.cpsat import LayoutModel
 from solver.search.model import layout_of
@@ -64,9 +63,12 @@ def test_ep_across_nodes_costs_more_than_inside_the_node():
     assert step[4] > step[8]
 
 
-def test_split_stages_is_refused_for_moe_models():
-    with pytest.raises(SpecError, match="options.split_stages"):
-        search_layouts(moe_model(), cluster(2, 4), training(), {"split_stages": True, **SMALL})
+def test_split_stages_keeps_even_moe_splits_where_the_layers_divide():
+    """split_stages on a MoE model: first/last splits only where the layers do not divide
+    (solver.search.moe_split); 4 layers on pp 2 or 4 stay even (the busiest-rank model)."""
+    res = search_layouts(moe_model(), cluster(2, 4), training(), {"split_stages": True, "top_k": 20, **SMALL})
+    assert any(r.layout.pp > 1 for r in res.layouts)
+    assert all(r.layout.pipeline_layers is None for r in res.layouts)
 
 
 @pytest.mark.parametrize("shared", [0, 1])
