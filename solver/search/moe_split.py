@@ -63,8 +63,9 @@ def allowed(options) -> bool:
 
 
 def rule(model: ModelSpec, training: TrainingSpec, allow_uneven: bool) -> Callable[[int, int], bool] | None:
-    """applies() for one problem as a function of (pp, vpp); None for a dense model."""
-    if model.moe is None:
+    """applies() for one problem as a function of (pp, vpp); None where it never applies (a dense
+    model, splits not asked for, another framework), so the default search skips every check."""
+    if model.moe is None or not allow_uneven or training.framework not in FIRST_LAST_FRAMEWORKS:
         return None
     return lambda pp, vpp: applies(model, training, allow_uneven, pp, vpp)
 

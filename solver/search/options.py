@@ -55,7 +55,7 @@ class SearchOptions(StrictModel):
                     "seed search latency (0.12 -> 0.49 s warm). A MoE model keeps even splits except "
                     "where its layers do not divide over the pp x vpp chunks: there a first/last "
                     "split (solver.search.moe_split; Megatron-Core only), much slower for large MoE "
-                    "searches (DeepSeek-V3 on 2048 H800: about 2 min).")
+                    "searches (DeepSeek-V3 on 2048 H800: about 1 min).")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")
