@@ -17,19 +17,12 @@ from solver.cost.compute import Fp8Work
 from solver.cost.estimate import estimate_layout, make_context
 from solver.cost.moe_fp8 import ExpertRows, expert_cast_s, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_memory import moe_model_state
-from solver.cost.options import CostOptions
 from solver.errors import SpecError
 from solver.presets import load_model, load_training
 from solver.specs import LayoutSpec
+from tests.cost.test_fp8 import DELAYED_TE, GPU, OPTS
 from topology.catalog import load_cluster
-from topology.spec import GpuSpec
 
-GPU = GpuSpec(name="g", memory_gb=80, peak_tflops=1000, hbm_gb_s=1000, peak_fp8_tflops=2000,
-              compute_capability=9.0)
-OPTS = CostOptions(gemm_peak_fraction=0.8, fp8_gemm_peak_fraction=0.5, hbm_fraction=0.5,
-                   gemm_concurrent_tiles=132)
-DELAYED_TE = Fp8Work(cast_bytes_per_element=4.0, norm_cast_bytes_per_element=0.0, sp_gather_fp8=True,
-                     saved_inputs_fp8=True, weight_cast_per_use=False)
 TORCHAO = Fp8Work(6.0, 6.0, False, False, True)
 HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 MIXTRAL = load_model(str(HF / "mixtral-8x7b" / "config.json"))

@@ -17,6 +17,7 @@ import random
 
 import pytest
 
+from benchmarks.search import MOE_PROBLEMS
 from solver.cost.estimate import estimate_with_context, make_context
 from solver.cost.terms import with_rank_order
 from solver.presets import load_model, load_training
@@ -32,15 +33,8 @@ from tests.search.test_experts import SMALL, moe_model, training
 from tests.search.test_experts_cost import cluster as moe_cluster
 from topology.catalog import load_cluster
 
-HF = "tests/fixtures/hf"
-# benchmarks/search.py MOE_PROBLEMS: (config, cluster preset, nodes, training).
-PROBLEMS = {
-    "mixtral_8x22b_512_h100": (f"{HF}/mixtral-8x22b/config.json", "dgx-h100-superpod", 64,
-                               TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 1024, tokens=1e12)),
-    "deepseek_v3_2048_h800": (f"{HF}/deepseek-v3/config.json", "h800-2048", 256,
-                              TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 15360, tokens=14.8e12)),
-    "seed": ("seed-70b", "seed-512", None, "seed-300b"),
-}
+# the MoE problems as benchmarks/search.py states them, and the seed
+PROBLEMS = {**MOE_PROBLEMS, "seed": ("seed-70b", "seed-512", None, "seed-300b")}
 REL = 1e-9
 
 
