@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from solver.cost.moe_comm import moe_overlap_problems
 from solver.cost.recompute import module_list
 from solver.frameworks import load_framework
 from solver.model_parts import MoESpec
@@ -47,10 +48,8 @@ def layer_freq(moe: MoESpec, layers: int) -> str | None:
 
 def moe_rules(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
     """Megatron-LM's MoE checks that the layout breaks (empty for a dense model): the A2A
-    overlap rule is the search's own (solver.search.rules.moe_overlap_problems); MoE with TP
+    overlap rule is the cost model's and the search's (solver.cost.moe_comm.moe_overlap_problems); MoE with TP
     needing SP is the profile's moe_tp_needs_sp (common.expert_capability_rules)."""
-    from solver.search.rules import moe_overlap_problems
-
     if m.moe is None or not t.moe_a2a_overlap:
         return []
     return [("training.moe_a2a_overlap", reason)

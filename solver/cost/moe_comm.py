@@ -202,10 +202,29 @@ def moe_a2a_unpaired_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recomput
     return full - paired
 
 
+def moe_overlap_problems(pp: int, vpp: int, ep: int, recompute: str) -> list[str]:
+    """Why Megatron refuses --overlap-moe-expert-parallel-comm at these degrees (empty: it
+    accepts it): it needs EP > 1, interleaving (vpp > 1) when PP > 1, and no full recompute
+    (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L3002-3023).
+    The cost model (overlap_applies), the search (solver.search.rules.moe_overlap_ok) and the Megatron
+    export (service.launchers.megatron_moe) share it."""
+    out = []
+    if ep == 1:
+        out.append("--overlap-moe-expert-parallel-comm needs ep > 1 (transformer_config.py)")
+    if pp > 1 and vpp == 1:
+        out.append("--overlap-moe-expert-parallel-comm with pp > 1 needs virtual pipeline stages "
+                   "(vpp > 1) (transformer_config.py)")
+    if recompute == "full":
+        out.append("--overlap-moe-expert-parallel-comm refuses full recompute (transformer_config.py L3021-3023)")
+    return out
+
+
+
 def overlap_applies(training, *, ep: int, recompute: Recompute) -> bool:
-    """Whether Megatron would run --overlap-moe-expert-parallel-comm: set, EP > 1 and no full
-    recompute (transformer_config.py L3002-3023 d98e8a64; the VPP condition is paired_fraction's)."""
-    return bool(training.moe_a2a_overlap) and ep > 1 and recompute != "full"
+    """Whether Megatron would run --overlap-moe-expert-parallel-comm: set, and
+    moe_overlap_problems finds nothing at this EP and recompute (the VPP condition is
+    paired_fraction's: at PP > 1 with VPP 1 no slot pairs)."""
+    return bool(training.moe_a2a_overlap) and not moe_overlap_problems(1, 1, ep, recompute)
 
 
 @lru_cache(maxsize=65536)

@@ -27,6 +27,7 @@ evaluator (which filters full layouts) apply the same rules. Sources:
 from __future__ import annotations
 
 from solver.cost.accounting import batch_plan
+from solver.cost.moe_comm import moe_overlap_problems
 from solver.frameworks import capability as fwcap
 from solver.frameworks import load_framework
 from solver.search import moe_split
@@ -74,22 +75,6 @@ def moe_overlap_ok(training: TrainingSpec, pp: int, vpp: int, ep: int, etp: int,
     if etp == DENSE_ETP or not training.moe_a2a_overlap:
         return True
     return not moe_overlap_problems(pp, vpp, ep, recompute)
-
-
-def moe_overlap_problems(pp: int, vpp: int, ep: int, recompute: str) -> list[str]:
-    """Why Megatron refuses --overlap-moe-expert-parallel-comm at these degrees (empty: it
-    accepts it): it needs EP > 1, interleaving (vpp > 1) when PP > 1, and no full recompute
-    (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L3002-3023).
-    The search (moe_overlap_ok) and the Megatron export (service.launchers.megatron_moe) share it."""
-    out = []
-    if ep == 1:
-        out.append("--overlap-moe-expert-parallel-comm needs ep > 1 (transformer_config.py)")
-    if pp > 1 and vpp == 1:
-        out.append("--overlap-moe-expert-parallel-comm with pp > 1 needs virtual pipeline stages "
-                   "(vpp > 1) (transformer_config.py)")
-    if recompute == "full":
-        out.append("--overlap-moe-expert-parallel-comm refuses full recompute (transformer_config.py L3021-3023)")
-    return out
 
 
 def framework_expert_shard_ok(training: TrainingSpec, tp: int, cp: int, dp: int, zero: int, ep: int,
