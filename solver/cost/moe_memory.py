@@ -25,6 +25,38 @@ Activations of one MoE layer beyond a dense layer's (Korthikanti et al. 2022 acc
 The MLP input (the norm output) is common to both and already counted. R uses the busiest
 rank's rows (the load-imbalance factor, solver.cost.moe_layer.load_imbalance). Full
 recompute keeps only each layer's input (the same for both kinds).
+
+The token dispatcher's working set (dispatch_working_set_bytes): buffers alive while one MoE
+layer runs that are not kept for backward, charged once per rank that holds a MoE layer (one
+layer runs at a time), on top of the stored activations. Megatron-Core's alltoall dispatcher,
+the one the export writes (service/launchers/megatron_moe.py), NVIDIA/Megatron-LM d98e8a64:
+- MoELayer.forward's custom_forward (megatron/core/transformer/moe/moe_layer.py L658-699)
+  rebinds `hidden_states` to the permuted tokens (L663) and binds `dispatched_input` to the
+  all-to-all output (L680); neither name is rebound before the function returns, so both stay
+  alive through the expert compute and the combine: t k rows (permute with num_out_tokens =
+  t k, moe_utils.py L344-494, index_select) and R / etp rows (the EP all-to-all output,
+  token_dispatcher.py L705-724; the expert-TP all-gather and the sort by local expert,
+  L728-794, make the R rows the experts' fc1 keeps). With one local expert and etp 1 the
+  all-to-all output is that fc1 input itself (already charged); with ep 1 the all-to-all
+  returns its input (tensor_parallel/mappings.py L433-436) and only the permuted tokens
+  are held;
+- routed_experts_compute (moe_layer.py L536-571) holds the experts' fc2 output (R rows)
+  while combine_preprocess (token_dispatcher.py L796-835) makes the unsorted copy (R rows,
+  sort_chunks_by_idxs, only with more than one local expert) and, with etp > 1, its
+  reduce-scatter (R / etp rows): the first peak;
+- token_combine's all-to-all (L837-874) then writes t k rows while its input (R / etp rows
+  with etp > 1, else R) is alive: the second peak. The unpermute (L876-908, scatter_add into
+  t rows) comes after and is smaller.
+The working set is the larger peak, in BF16 (2 bytes x hidden per row; the alltoall
+dispatcher sends BF16, FP8 dispatch is the flex dispatcher's only). Not charged: the
+permute's int64 indices (8 t k bytes), the dispatcher's routing map and probabilities kept
+between micro-batches (1 and 4 bytes x t E per layer, overwritten by the next micro-batch),
+and the flex dispatcher's persistent DeepEP / HybridEP buffers (fused_a2a.py L47-68 sizes
+them from DeepEP's buffer-size hints; the export never selects flex). Assumed, not read from
+the source: the backward of the same layer passes its gradients through buffers of the same
+shapes while it frees that layer's saved activations, so the forward peaks are the larger;
+with --overlap-moe-expert-parallel-comm a forward and a backward layer can run at once
+(not charged: that is the schedule's, not the dispatcher's).
 """
 from __future__ import annotations
 
@@ -94,3 +126,23 @@ def moe_full_layer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int
     """Under full recompute, what the one layer being recomputed holds beyond a dense one."""
     return moe_layer_activation_extra_bytes(ctx, tp=tp, cp=cp, recompute="none", micro_batch=micro_batch,
                                             ep=ep, etp=etp)
+
+
+@lru_cache(maxsize=65536)
+def dispatch_working_set_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int,
+                               etp: int) -> float:
+    """Bytes the alltoall token dispatcher holds beyond the stored activations while one MoE
+    layer runs, for one micro-batch (module docstring: the larger of the two forward peaks,
+    2 bytes x hidden per row); 0 for a dense model."""
+    m, e = ctx.model, ctx.model.moe
+    if e is None:
+        return 0.0
+    sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    permuted = sh.tokens * e.experts_per_token  # t k: the permuted tokens (and the combine's output)
+    rows = sh.busy_rows * sh.local_experts      # R: the rows the rank's experts run
+    several = sh.local_experts > 1
+    a2a_out = rows / etp if ep > 1 and (several or etp > 1) else 0.0  # else it is the fc1 input
+    held = permuted + a2a_out
+    unsort = held + rows + (rows if several else 0.0) + (rows / etp if etp > 1 else 0.0)
+    combine = held + (rows / etp if etp > 1 else rows) + (permuted if ep > 1 else 0.0)
+    return ACT_BYTES * m.hidden * max(unsort, combine)

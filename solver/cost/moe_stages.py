@@ -20,7 +20,9 @@ Activations: rank r keeps its layers' for min(pp - r, m) micro-batches under 1F1
 memory.in_flight_microbatches on every rank, an upper bound; step_memory.stage_profile), each
 layer memory.layer_activation_bytes plus moe_memory's extra for the MoE ones; the first rank
 the embedding's stored values; the last rank the logits and the MTP modules
-(step_memory.mtp_activation_bytes); full recompute one layer's full activations.
+(step_memory.mtp_activation_bytes); full recompute one layer's full activations; a rank
+running a MoE layer (its own or an MTP module's) the token dispatcher's working set once
+(moe_memory.dispatch_working_set_bytes).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from solver.cost.accounting import ffn_params
 from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_comm import expert_dp_ranks
 from solver.cost.moe_layer import moe_layer_mask, moe_layers_per_rank
-from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_memory import dispatch_working_set_bytes, moe_full_layer_bytes, moe_layer_activation_extra_bytes
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
 
@@ -116,6 +118,8 @@ def moe_stage_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int, *, lo
             act += moe_full_layer_bytes(ctx, **kw, **ex)
         if last:
             act += mtp_activation_bytes(ctx, lo)
+        if k or (last and ctx.model.mtp_layers):
+            act += dispatch_working_set_bytes(ctx, **kw, **ex)
         out.append(MemoryTerms(d.weights + x.weights + copies, d.gradients + x.gradients,
                                d.optimizer + x.optimizer, act, logits if last else 0.0, comm_buffers,
                                ctx.options.framework_overhead_bytes))

@@ -14,7 +14,7 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost.state import framework_state_bytes
 from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
-from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_memory import dispatch_working_set_bytes, moe_full_layer_bytes, moe_layer_activation_extra_bytes
 from solver.cost.moe_stages import moe_stage_terms
 from solver.cost.terms import CostContext
 from solver.specs import LayoutSpec, Recompute, ZeroStage
@@ -76,7 +76,8 @@ def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
 def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:
     """What the MoE layers of the first stage keep beyond dense layers (solver.cost.moe_memory):
     the busiest rank's MoE layers x in-flight micro-batches x the per-layer extra, plus, under
-    full recompute, the extra of the one MoE layer being recomputed (moe_activation_extra_of)."""
+    full recompute, the extra of the one MoE layer being recomputed, plus the token
+    dispatcher's working set of the one MoE layer running (moe_activation_extra_of)."""
     lo = layout
     return moe_activation_extra_of(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch, ep=lo.ep,
                                    etp=lo.expert_tp, pp=lo.pp, vpp=lo.vpp, recompute=lo.recompute,
@@ -91,6 +92,8 @@ def moe_activation_extra_of(ctx: CostContext, *, tp: int, cp: int, micro_batch: 
     n = busiest_moe_layers(mask, pp, vpp)
     flight = M.in_flight_microbatches(pp, vpp, grad_accum)
     out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw)
+    if n:  # one MoE layer runs at a time: its dispatcher's buffers (moe_memory)
+        out += dispatch_working_set_bytes(ctx, **kw)
     return out + (moe_full_layer_bytes(ctx, **kw) if recompute == "full" else 0.0)
 
 
