@@ -72,19 +72,21 @@ def test_dense_models_hold_none():
 
 def test_deepseek_v3_published_layout_charges_it_once_and_still_fits():
     # DGXC DeepSeek-V3 BF16 on 512 H100 (benchmarks/data/moe_runs.jsonl): TP2 (SP) PP8 EP64 ETP1,
-    # mb 1, seq 4096, hidden 7168, 256 experts top-8. t = 2048, t k = 16,384; mean rows per expert
-    # 2048 x 8 x 64 / 256 = 4,096, busiest 5,120, 4 local experts: R = 20,480. Held 16,384 +
-    # 20,480 = 36,864; peak 1: + 20,480 + 20,480 = 77,824 rows; peak 2: + 20,480 + 16,384 =
-    # 73,728. 77,824 x 7168 x 2 = 1,115,684,864 bytes (the ~1 GB the last session estimated).
+    # mb 1, seq 4096, hidden 7168, 256 experts top-8, token drop at capacity 1.0 (the row's
+    # moe_capacity_factor, NeMo's MegatronTokenDropCallback). t = 2048, t k = 16,384; rows per
+    # expert 2048 x 8 x 64 / 256 = 4,096 (busiest = capacity = 4,096), 4 local experts: R = 16,384.
+    # Held 16,384 + 16,384 = 32,768; peak 1: + 16,384 + 16,384 = 65,536 rows; peak 2: + 16,384 +
+    # 16,384 = 65,536. 65,536 x 7168 x 2 = 939,524,096 bytes (at the default imbalance 1.25 the
+    # busiest expert gets 5,120 rows: 77,824 rows, 1,115,684,864 bytes, the ~1 GB first estimated).
     row = next(json.loads(t) for t in MOE_CASES.read_text().splitlines() if '"dgxc_dsv3_h100_bf16_512"' in t)
     ctx = make_context(load_model(row["model"]), load_cluster(row["cluster"]), load_training(row["training"]))
     kw = {"tp": 2, "cp": 1, "micro_batch": 1, "ep": 64, "etp": 1}
-    assert dispatch_working_set_bytes(ctx, **kw) == 1_115_684_864
+    assert dispatch_working_set_bytes(ctx, **kw) == 939_524_096
     # Once per rank, not per layer or micro-batch: the MoE extra is n x in-flight x per-layer + it.
     m = ctx.training.global_batch_tokens // (4096 * 32)  # micro-batches per replica (DP 32)
     n, flight = busiest_moe_layers(moe_layer_mask(ctx.model), 8, 1), in_flight_microbatches(8, 1, m)
     per_layer = moe_layer_activation_extra_bytes(ctx, recompute="selective", **kw)
     total = moe_activation_extra_of(ctx, **kw, pp=8, vpp=1, recompute="selective", grad_accum=m,
                                     mask=moe_layer_mask(ctx.model))
-    assert total == n * flight * per_layer + 1_115_684_864
-    assert validate_case(row, row["id"]).fits_device  # 85.7 GB predicted against 85.9 GB (80 GiB)
+    assert total == n * flight * per_layer + 939_524_096
+    assert validate_case(row, row["id"]).fits_device  # 73.5 GB predicted (its [7,8x6,6] split) of 85.9 GB
