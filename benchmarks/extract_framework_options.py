@@ -352,9 +352,14 @@ TITAN_CLASSES = {
     "DeepSeekV3Model.Config": "torchtitan/models/deepseek_v3/model.py",
     "CosSinRoPE.Config": "torchtitan/models/common/rope.py",
     "MoE.Config": "torchtitan/models/common/moe.py",
-    # FP8 (service/launchers/torchtitan.py fp8_converters)
+    # FP8 (service/launchers/torchtitan.py fp8_converters), MoE grouped experts included
     "Float8LinearConverter.Config": "torchtitan/components/quantization/float8.py",
     "MXFP8LinearConverter.Config": "torchtitan/components/quantization/mx.py",
+    "Float8GroupedExpertsConverter.Config": "torchtitan/components/quantization/float8.py",
+    "MXFP8GroupedExpertsConverter.Config": "torchtitan/components/quantization/mx.py",
+    # DeepSeek-V3's multi-token prediction (service/launchers/torchtitan_moe.py)
+    "MTPTransformerBlock.Config": "torchtitan/models/deepseek_v3/mtp.py",
+    "MTPLoss.Config": "torchtitan/models/deepseek_v3/mtp.py",
 }
 TITAN_FUNCTIONS = {
     "_build_llama3_layers": "torchtitan/models/llama3/__init__.py",
@@ -389,7 +394,8 @@ TITAN_MODULE_FUNCTIONS = {
     "torchtitan.models.qwen3": ("torchtitan/models/qwen3/__init__.py", [
         "model_registry", "_residual_output_init", "_moe_experts_init"]),
     "torchtitan.models.deepseek_v3": ("torchtitan/models/deepseek_v3/__init__.py", [
-        "model_registry", "build_mla_moe_layers", "_output_linear_init", "_depth_init", "_depth_experts_init"]),
+        "model_registry", "build_mla_moe_layers", "_output_linear_init", "_depth_init", "_depth_experts_init",
+        "_build_mtp_layers"]),
     "torchtitan.models.llama3": ("torchtitan/models/llama3/__init__.py", [
         "model_registry", "_build_llama3_layers", "_output_linear_init"]),
     "torchtitan.models.utils": ("torchtitan/models/utils.py", ["validate_converter_order"]),

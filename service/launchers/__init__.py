@@ -41,7 +41,7 @@ def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: Layou
     if framework == "megatron-core":
         out += megatron_rules(m, t, layout, split) + moe_rules(m, t, layout)
     elif framework == "torchtitan":
-        out += torchtitan_rules(layout)
+        out += torchtitan_rules(m, layout)
     else:
         out += deepspeed_rules(layout)
     return list(dict.fromkeys(out))

@@ -28,8 +28,11 @@ import re
 from typing import Any
 
 from service.launchers.common import model_values
-from service.launchers.torchtitan_moe import llama_rope_scaling, moe_imports, moe_model_code, moe_notes, registry_call
+from service.launchers.torchtitan_moe import (
+    llama_rope_scaling, moe_fp8_converters, moe_imports, moe_model_code, moe_notes, mtp_loss_code, registry_call,
+)
 from solver.cost.accounting import batch_plan
+from solver.frameworks.models import layout_model_rules
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 SOURCE = "pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
@@ -40,13 +43,16 @@ CONFIG_FN = "trainplan_config"
 RESHARD = {1: "default", 2: "never", 3: "always"}
 
 
-def torchtitan_rules(layout: LayoutSpec) -> list[tuple[str, str]]:
-    """What torchtitan's pipeline cannot express for this layout, as (field, rule); the model
-    rules are solver.frameworks.models' (applied by the search up front too)."""
+def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
+    """What torchtitan cannot run for this model and layout, as (field, rule): its pipeline's
+    stage list, and the degrees a model part limits (multi-token prediction at pp 1 and cp 1:
+    solver.frameworks.models.layout_model_rules, the search's rule too); the model rules are
+    solver.frameworks.models' (applied by the search up front too)."""
+    out = layout_model_rules("torchtitan", m, layout.pp, layout.cp)
     if layout.pipeline_layers and len(layout.pipeline_layers) != layout.pp * layout.vpp and layout.vpp > 1:
-        return [("layout.pipeline_layers", "torchtitan takes the modules of every stage "
-                 "(module_fqns_per_model_part): give pp x vpp values")]
-    return []
+        out.append(("layout.pipeline_layers", "torchtitan takes the modules of every stage "
+                    "(module_fqns_per_model_part): give pp x vpp values"))
+    return out
 
 
 def stage_layers(m: ModelSpec, layout: LayoutSpec, split: list[int] | None) -> list[int]:
@@ -176,25 +182,41 @@ FP8_CONVERTERS = {
 }
 
 
-def fp8_code(t: TrainingSpec) -> tuple[str, str]:
-    """(imports, the _converted() function) applying the FP8 recipe's converter to the model
+def fp8_code(m: ModelSpec, t: TrainingSpec) -> tuple[str, str]:
+    """(imports, the _converted() function) applying the FP8 recipe's converters to the model
     config the way model_registry does (validate_converter_order, then build().convert());
-    empty strings for BF16."""
+    a MoE model gets its own linear filter and the grouped-experts converter
+    (torchtitan_moe.moe_fp8_converters); empty strings for BF16."""
     if t.compute_precision not in FP8_CONVERTERS:
         return "", ""
-    cls, config = FP8_CONVERTERS[t.compute_precision]
-    imports = (f"from torchtitan.components.quantization import {cls}\n"
+    converters = [FP8_CONVERTERS[t.compute_precision]] if m.moe is None else moe_fp8_converters(t.compute_precision)
+    names = ", ".join(cls for cls, _ in converters)
+    configs = ",\n        ".join(config for _, config in converters)
+    imports = (f"from torchtitan.components.quantization import {names}\n"
                "from torchtitan.models.utils import validate_converter_order\n")
     return imports, f'''
 
 def _converted(model):
-    """{t.compute_precision}: torchtitan's converter, applied as model_registry applies converters."""
-    converters = [{config}]
+    """{t.compute_precision}: torchtitan's converters, applied as model_registry applies converters."""
+    converters = [
+        {configs},
+    ]
     validate_converter_order(converters)
     for converter in converters:
         model = converter.build().convert(model)
     return model
 '''
+
+
+def loss_code(m: ModelSpec) -> str:
+    """The Trainer.Config loss: llama3_8b's ChunkedLossWrapper over CrossEntropyLoss, or with
+    multi-token prediction DeepSeek-V3's MTPLoss (torchtitan_moe.mtp_loss_code), since
+    MTPDecoder refuses the chunked loss's skipped LM head (deepseek_v3/mtp.py L268-272)."""
+    if m.mtp_layers:
+        return mtp_loss_code()
+    return ("ChunkedLossWrapper.Config(\n"
+            "        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),\n"
+            "    )")
 
 
 def module_name(m: ModelSpec) -> str:
@@ -217,7 +239,7 @@ def torchtitan_module(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
         imports, model_code, registry = LLAMA3_IMPORTS, _model_code(m, t), 'model_registry("8B")'
     else:
         imports, model_code, registry = moe_imports(m), moe_model_code(m, t), registry_call(m)
-    fp8_imports, converted = fp8_code(t)
+    fp8_imports, converted = fp8_code(m, t)
     model = "_converted(_model())" if converted else "_model()"
     return (head + BASE_IMPORTS + imports + fp8_imports + "\n\n" + model_code + converted + f'''
 
@@ -225,9 +247,7 @@ def {CONFIG_FN}() -> Trainer.Config:
     """llama3_8b's data, optimizer, checkpoint and metrics (edit for your run) with this model and layout."""
     config = llama3_8b()
     config.model_spec = dataclasses.replace({registry}, flavor="trainplan", model={model})
-    config.loss = ChunkedLossWrapper.Config(
-        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),
-    )
+    config.loss = {loss_code(m)}
     config.training = TrainingConfig(
 {_kwargs(s["training"], " " * 8)}    )
     config.parallelism = ParallelismConfig(

@@ -85,9 +85,69 @@ def _latent(m: ModelSpec) -> MLASpec:
         raise ValueError(f"{m.name} has no latent attention")
     return m.mla
 
+# Multi-token prediction (DeepSeek-V3 report sec. 2.2), as torchtitan b5bcd76c builds it:
+# DeepSeekV3Model is an MTPDecoder (deepseek_v3/mtp.py) whose Config.mtp_layers holds one
+# MTPTransformerBlock per depth, built by deepseek_v3/__init__.py _build_mtp_layers from the last
+# decoder layer's config (a copy of its MLA attention and MoE, plus enorm / hnorm / mtp_norm of
+# RMSNorm and eh_proj, a bias-free 2 dim -> dim Linear); the loss is MTPLoss (the main
+# cross-entropy + mtp_scale x the mean of the depths' cross-entropies; config_registry.py
+# deepseek_v3_debugmodel_mtp). mtp_scale: MTPLoss.Config's default 0.3 (mtp.py L326), DeepSeek-V3's
+# weight for its first 10T tokens (report sec. 4.2: 0.3, then 0.1 for the last 4.8T).
+MTP_LOSS_SCALE = 0.3
+MTP_IMPORTS = "from torchtitan.models.deepseek_v3 import MTPLoss, _build_mtp_layers\n"
+
+
 def moe_imports(m: ModelSpec) -> str:
     """The import block of the configuration module for this MoE model."""
-    return DEEPSEEK_IMPORTS if m.mla is not None else QWEN3_IMPORTS
+    if m.mla is None:
+        return QWEN3_IMPORTS
+    return DEEPSEEK_IMPORTS + (MTP_IMPORTS if m.mtp_layers else "")
+
+
+# FP8 of a MoE model (pytorch/torchtitan b5bcd76c; solver.cost.fp8.FP8_MOE_RECIPES): the linear
+# converter as in the dense export, with the router gate and the MTP eh_proj left BF16 besides the
+# LM head (solver.cost.moe_layer and solver.cost.mtp charge them in BF16), plus the grouped-experts
+# converter for the routed experts' grouped GEMMs, which swaps the "standard" dispatcher for
+# TorchAOTokenDispatcher (utils.py swap_token_dispatcher: pads each expert's rows; EP 1 runs too,
+# models/common/token_dispatcher.py L631-645):
+# - fp8-rowwise: Float8LinearConverter with filter_fqns (float8.md's MoE example filters
+#   "router.gate") + Float8GroupedExpertsConverter (float8.py L216-266, rows padded to 16);
+# - mxfp8: MXFP8LinearConverter with the include list of deepseek_v3's own
+#   deepseek_v3_debugmodel_mxfp8 (config_registry.py L85-109: attention, shared experts and dense
+#   FFNs; router gate, eh_proj and LM head not matched) + MXFP8GroupedExpertsConverter with
+#   pad_multiple 128, "required by the CuTeDSL quantization kernel on sm_100" (same config).
+MOE_FP8_CONVERTERS = {
+    "fp8-rowwise": [("Float8LinearConverter", 'Float8LinearConverter.Config(recipe_name="rowwise", '
+                                              'filter_fqns=["lm_head", "router.gate", "eh_proj"])'),
+                    ("Float8GroupedExpertsConverter", "Float8GroupedExpertsConverter.Config()")],
+    "mxfp8": [("MXFP8LinearConverter", 'MXFP8LinearConverter.Config(fqns=["attention", "shared_experts", '
+                                       '"feed_forward"])'),
+              ("MXFP8GroupedExpertsConverter", "MXFP8GroupedExpertsConverter.Config(pad_multiple=128)")],
+}
+
+
+def moe_fp8_converters(precision: str) -> list[tuple[str, str]]:
+    """(class, config expression) of each converter the FP8 recipe applies to a MoE model."""
+    return MOE_FP8_CONVERTERS[precision]
+
+
+def mtp_loss_code() -> str:
+    """Trainer.Config.loss for a model with multi-token prediction (MTPLoss; see MTP_LOSS_SCALE)."""
+    return (f"MTPLoss.Config(\n        mtp_scale={MTP_LOSS_SCALE!r}, "
+            "global_vocab_size=decoder_vocab_size(config.model_spec),\n    )")
+
+
+def _mtp_code(m: ModelSpec, eps: float) -> tuple[str, str]:
+    """(the statements building the MTP layers after the decoder layers, the Config argument);
+    empty strings without MTP."""
+    if not m.mtp_layers:
+        return "", ""
+    return f'''
+    mtp_layers = _build_mtp_layers(layers[-1], dim={m.hidden}, num_mtp_layers={m.mtp_layers})
+    for mtp in mtp_layers:  # the copied attention / FFN norms carry eps already
+        mtp.enorm.eps = {eps!r}
+        mtp.hnorm.eps = {eps!r}
+        mtp.mtp_norm.eps = {eps!r}''', "\n        mtp_layers=mtp_layers,"
 
 
 def registry_call(m: ModelSpec) -> str:
@@ -194,8 +254,10 @@ def _deepseek_model_code(m: ModelSpec, t: TrainingSpec) -> str:
     for block in layers:  # no score-correction bias in this model: no auxiliary-loss-free balancing
         if block.moe is not None:
             block.moe.load_balance_coeff = None'''
+    mtp_build, mtp_arg = _mtp_code(m, v.norm_eps)
+    mtp_doc = f", {m.mtp_layers} MTP layer(s)" if m.mtp_layers else ""
     return f'''def _model() -> DeepSeekV3Model.Config:
-    """{m.name}: {m.layers} layers ({e.first_dense_layers} dense), MLA, {e.experts} experts."""
+    """{m.name}: {m.layers} layers ({e.first_dense_layers} dense), MLA, {e.experts} experts{mtp_doc}."""
     layers = build_mla_moe_layers(
         n_layers={m.layers},
         n_dense_layers={e.first_dense_layers},
@@ -231,7 +293,7 @@ def _deepseek_model_code(m: ModelSpec, t: TrainingSpec) -> str:
     )
     for block in layers:
         block.attention_norm.eps = {v.norm_eps!r}
-        block.ffn_norm.eps = {v.norm_eps!r}{balance}
+        block.ffn_norm.eps = {v.norm_eps!r}{balance}{mtp_build}
     return DeepSeekV3Model.Config(
         dim={m.hidden},
         vocab_size={m.vocab},
@@ -241,7 +303,7 @@ def _deepseek_model_code(m: ModelSpec, t: TrainingSpec) -> str:
         lm_head=Linear.Config(
             in_features={m.hidden}, out_features={m.vocab}, param_init=_output_linear_init({m.hidden}),
         ),
-        layers=layers,
+        layers=layers,{mtp_arg}
     )
 '''
 
@@ -255,4 +317,9 @@ def moe_notes(m: ModelSpec) -> list[str]:
     """What the MoE module leaves to the user."""
     notes = ["the standard all-to-all token dispatcher drops no tokens (torchtitan "
              "models/common/config_utils.py make_token_dispatcher_config)"]
+    if m.mtp_layers:
+        notes.append(f"multi-token prediction: {m.mtp_layers} MTP layer(s) and MTPLoss with mtp_scale "
+                     f"{MTP_LOSS_SCALE} (torchtitan's default, DeepSeek-V3's first 10T tokens; the report lowers "
+                     "it to 0.1 for the rest): the loss weight is not in the model spec, set it for your run; "
+                     "torchtitan runs MTP at pp 1 and cp 1 only (deepseek_v3/mtp.py)")
     return notes

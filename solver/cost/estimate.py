@@ -123,10 +123,11 @@ def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum:
     moe: the model has expert layers (its expert rules apply: EP, ETP, expert ranks).
     model: also the model parts the framework cannot express (solver.frameworks.models; the
     search refuses such a model up front)."""
-    from solver.frameworks.models import model_violations
+    from solver.frameworks.models import layout_model_violations, model_violations
 
     fw = load_framework(training.framework)
-    parts = [] if model is None else [v.as_dict() for v in model_violations(training.framework, model, training)]
+    parts = [] if model is None else [v.as_dict() for v in model_violations(training.framework, model, training)
+                                      + layout_model_violations(training.framework, model, layout.pp, layout.cp)]
     found = violations(fw, kernel=training.attention_kernel, tp=layout.tp, pp=layout.pp, cp=layout.cp,
                        vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum,
                        moe=moe, dp=layout.dp, ep=layout.ep, etp=layout.etp)

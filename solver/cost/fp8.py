@@ -63,14 +63,23 @@ FUSED_NORM_CAST_BYTES_PER_ELEMENT: dict[str, float] = {
 # >= 9.0, MXFP8 >= 10.0 and below 12.0); torchao rowwise needs SM89 (torchtitan float8.py).
 MIN_COMPUTE_CAPABILITY: dict[str, float] = {
     "fp8-delayed": 8.9, "fp8-current": 8.9, "fp8-rowwise": 8.9, "fp8-blockwise": 9.0, "mxfp8": 10.0}
-# Frameworks whose FP8 recipe covers MoE layers as modelled in solver.cost.moe_fp8: Megatron-Core
-# runs the routed experts as TEGroupedLinear with --fp8 (NVIDIA/Megatron-LM d98e8a64
-# megatron/core/transformer/moe/experts.py L306-313, extensions/transformer_engine.py L2382).
-FP8_MOE_FRAMEWORKS = frozenset({"megatron-core"})
-FP8_MOE_UNMODELLED = {  # why the others are refused
-    "torchtitan": "Float8GroupedExpertsConverter, torchao prototype moe_training scaled grouped GEMMs, "
-                  "pytorch/torchtitan b5bcd76c torchtitan/components/quantization/float8.py L179-210: "
-                  "its casts are not costed yet"}
+# FP8 recipes whose MoE layers run as solver.cost.moe_fp8 charges them (routed and shared experts
+# in FP8 with the framework profile's cast semantics, the router and LM head in BF16), per framework:
+# - Megatron-Core (every recipe it runs): the routed experts are TEGroupedLinear with --fp8
+#   (NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/moe/experts.py L306-313,
+#   extensions/transformer_engine.py L2382);
+# - torchtitan, rowwise and MXFP8 only (pytorch/torchtitan b5bcd76c): the export adds
+#   Float8GroupedExpertsConverter (components/quantization/float8.py L216-266: torchao's dynamic
+#   rowwise scaled grouped GEMM) or MXFP8GroupedExpertsConverter (mx.py L149-206) to its linear
+#   converter; both save the BF16 input and weight and cast them again in backward (pytorch/ao
+#   36027d82 torchao/prototype/moe_training/fp8_grouped_mm.py L155-157, mxfp8_grouped_mm.py
+#   L223-229), the profile's saved_inputs_fp8 false / weight_cast per_use. torchao has no
+#   per-tensor grouped GEMM (config.py Float8TrainingRecipe: fp8_rowwise only), so 'fp8-current'
+#   MoE layers are refused.
+FP8_MOE_RECIPES: dict[str, frozenset[str] | None] = {
+    "megatron-core": None,  # None: every recipe the profile offers
+    "torchtitan": frozenset({"fp8-rowwise", "mxfp8"}),
+}
 MXFP8_MAX_COMPUTE_CAPABILITY = 12.0  # exclusive (TE: "not supported on 12.0+ architectures yet")
 
 
@@ -100,10 +109,18 @@ def is_fp8(precision: ComputePrecision) -> bool:
     return precision != "bf16"
 
 
+def moe_recipe_ok(framework: str, precision: str) -> bool:
+    """Whether `framework` runs a MoE model's expert GEMMs in this FP8 recipe (FP8_MOE_RECIPES)."""
+    if framework not in FP8_MOE_RECIPES:
+        return False
+    allowed = FP8_MOE_RECIPES[framework]
+    return allowed is None or precision in allowed
+
+
 def check_compute_precision(precision: ComputePrecision, gpu: GpuSpec, fw: FrameworkProfile,
                             moe: bool = False) -> None:
-    """Refuse an FP8 recipe the framework does not run or the GPU cannot run, and FP8 with
-    MoE layers outside FP8_MOE_FRAMEWORKS (solver.cost.moe_fp8 costs Megatron-Core's).
+    """Refuse an FP8 recipe the framework does not run or the GPU cannot run, and an FP8
+    recipe for MoE layers outside FP8_MOE_RECIPES (what solver.cost.moe_fp8 costs).
 
     Raises:
         SpecError: naming training.compute_precision (or cluster.gpu.*) and the reason.
@@ -122,10 +139,11 @@ def _fp8_problem(precision: str, gpu: GpuSpec, fw: FrameworkProfile, moe: bool) 
         offered = list(fw.fp8.recipes.value) or "no FP8 recipe"
         return Problem(field, f"{fw.name} does not run '{precision}' (it runs {offered}; "
                               f"{src.repository} {src.path})")
-    if moe and fw.name not in FP8_MOE_FRAMEWORKS:
-        return Problem(field, f"'{precision}' with MoE layers is modelled for {sorted(FP8_MOE_FRAMEWORKS)} only: "
-                              f"{fw.name}'s FP8 grouped-expert path is not ({FP8_MOE_UNMODELLED.get(fw.name, '')}); "
-                              f"plan the MoE model with 'bf16'")
+    if moe and not moe_recipe_ok(fw.name, precision):
+        allowed = FP8_MOE_RECIPES.get(fw.name, frozenset())
+        return Problem(field, f"{fw.name} runs MoE expert GEMMs in FP8 with {sorted(allowed or []) or 'no recipe'}, "
+                              f"not '{precision}' (solver.cost.fp8.FP8_MOE_RECIPES cites the grouped-GEMM source); "
+                              f"plan the MoE model with one of those or 'bf16'")
     if gpu.peak_fp8_tflops is None:
         return Problem("cluster.gpu.peak_fp8_tflops", f"training.compute_precision '{precision}' needs "
                        f"the GPU's dense FP8 peak, which {gpu.name} does not state (no FP8 tensor cores?)")

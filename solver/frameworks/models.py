@@ -14,7 +14,8 @@ Each rule cites the file of the framework that imposes it (repository, path, com
   (make_gqa_config: no bias, qk_norm an RMSNorm of head_dim; make_moe_config / moe.py MoE:
   shared experts summed ungated) or, with latent attention, models/deepseek_v3
   (build_mla_moe_layers: leading dense layers then MoE layers, each with
-  num_shared_experts x moe_hidden_dim shared experts; mtp.py: MTP refuses PP > 1); the "standard" token
+  num_shared_experts x moe_hidden_dim shared experts; mtp.py: MTP layers only in DeepSeekV3Model, and
+  only at PP 1 and CP 1, model_degrees_ok); the "standard" token
   dispatcher (config_utils.make_token_dispatcher_config -> AllToAllTokenDispatcher) drops no
   tokens.
 - DeepSpeed deepspeedai/DeepSpeed edaa7221: deepspeed/moe/layer.py MoE / sharded_moe.py
@@ -33,6 +34,7 @@ from solver.frameworks.profile import Source
 MEGATRON = ("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553")
 TITAN = ("pytorch/torchtitan", "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a")
 DEEPSPEED = ("deepspeedai/DeepSpeed", "edaa7221267243c7be7fb49c5d5f5c4fb97b4641")
+TORCHAO = ("pytorch/ao", "36027d82d1ad9949597ea16002ff4940374b1b94")  # torchtitan's FP8 kernels
 
 
 class _Rules(list):
@@ -225,12 +227,47 @@ def _torchtitan(m: Any) -> _Rules:
         _titan_dense(m, out)
         return out
     _titan_moe(m, out)
-    if m.mtp_layers:
-        out.add("model.mtp_layers", "torchtitan's multi-token prediction (DeepSeek-V3's MTPTransformerBlock) "
-                "raises 'MTP does not support pipeline parallelism yet' at pp > 1 (L197-200), a rule the "
-                "search does not apply, and the export does not write it: plan with mtp_layers 0",
-                TITAN, "torchtitan/models/deepseek_v3/mtp.py")
+    if m.mtp_layers and m.mla is None:
+        out.add("model.mtp_layers", "torchtitan's multi-token prediction is DeepSeek-V3's (DeepSeekV3Model is an "
+                "MTPDecoder); the Qwen3 decoder the export writes for MoE models without latent attention is a "
+                "plain Decoder with no MTP layers", TITAN, "torchtitan/models/qwen3/model.py")
     return out
+
+
+# torchtitan's MTPDecoder.Config.update_from_config (torchtitan/models/deepseek_v3/mtp.py L176-206
+# b5bcd76c) raises NotImplementedError when mtp_layers is set and pipeline_parallel_degree > 1 ("MTP
+# does not support pipeline parallelism yet") or context_parallel_degree > 1 (same for CP); MTP.md
+# sec. 5 keeps both unsupported until integrated.
+_TITAN_MTP = "torchtitan/models/deepseek_v3/mtp.py"
+
+
+def _layout_found(framework: str, m: Any, pp: int, cp: int) -> _Rules:
+    out = _Rules()
+    if framework != "torchtitan" or not m.mtp_layers:
+        return out
+    if pp > 1:
+        out.add("layout.pp", f"torchtitan's multi-token prediction does not support pipeline parallelism "
+                f"(MTPDecoder raises at pipeline_parallel_degree {pp} > 1)", TITAN, _TITAN_MTP)
+    if cp > 1:
+        out.add("layout.cp", f"torchtitan's multi-token prediction does not support context parallelism "
+                f"(MTPDecoder raises at context_parallel_degree {cp} > 1)", TITAN, _TITAN_MTP)
+    return out
+
+
+def model_degrees_ok(framework: str, m: Any, *, pp: int = 1, cp: int = 1) -> bool:
+    """Whether `framework` runs model `m` at these pipeline and context degrees (the search's
+    rule: torchtitan's MTP only at pp 1 and cp 1; every other model and framework: always)."""
+    return not _layout_found(framework, m, pp, cp)
+
+
+def layout_model_rules(framework: str, m: Any, pp: int, cp: int) -> list[tuple[str, str]]:
+    """(field, rule with its source) for each degree of the layout `framework` cannot run model `m` at."""
+    return [(f, f"{r} ({_cite((s.repository, s.commit), s.path)})") for f, r, s in _layout_found(framework, m, pp, cp)]
+
+
+def layout_model_violations(framework: str, m: Any, pp: int, cp: int) -> list[Violation]:
+    """The same as capability Violations (rule = the field), for `estimate`'s report."""
+    return [Violation(f, f"{framework}: {f}: {r}", (s,)) for f, r, s in _layout_found(framework, m, pp, cp)]
 
 
 def _deepspeed(m: Any) -> _Rules:
@@ -287,6 +324,11 @@ def training_rules(framework: str, m: Any, t: Any) -> _Rules:
         out.add("training.moe_capacity_factor", "torchtitan's standard token dispatcher "
                 "(AllToAllTokenDispatcher) drops no tokens: it has no capacity factor", TITAN,
                 "torchtitan/models/common/config_utils.py")
+    if framework == "torchtitan" and m.moe is not None and t.compute_precision == "fp8-rowwise" \
+            and (m.hidden % 16 or m.moe.expert_ffn_hidden % 16):
+        out.add("model.moe.expert_ffn_hidden", "torchtitan's Float8GroupedExpertsConverter runs torchao's FP8 "
+                "rowwise grouped GEMM, which needs the hidden size and expert width divisible by 16 (L85-90)",
+                TORCHAO, "torchao/prototype/moe_training/fp8_grouped_mm.py")
     if framework == "torchtitan" and t.compute_precision == "fp8-current":
         out.add("training.compute_precision", "torchtitan's Float8LinearConverter takes recipe_name 'rowwise' "
                 "or 'rowwise_with_gw_hp' only: per-tensor (tensorwise) scaling was removed (6348d93d); "

@@ -110,7 +110,7 @@ class LayoutModel:
     def _context(self) -> None:
         """CP divides the sequence into 2 x cp chunks."""
         rows = [(c,) for c in self.values["cp"]
-                if rules.context_ok(self.training, c) and rules.framework_context_ok(self.training, c)]
+                if rules.context_ok(self.training, c) and rules.framework_context_ok(self.training, c, self.spec)]
         self._allowed("context", ("cp",), rows)
 
     def _gpus(self) -> None:

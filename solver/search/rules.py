@@ -22,7 +22,9 @@ evaluator (which filters full layouts) apply the same rules. Sources:
   like TP, stays inside the NVLink domain. A dense model has ep 1 and etp DENSE_ETP (unset).
 - framework: what training.framework can run (solver.frameworks.capability, each rule cited
   in solver/data/frameworks/<name>.json): ZeRO stages with and without PP, interleaving and
-  its micro-batch rule, CP only with the attention kernels its CP supports, TP and SP.
+  its micro-batch rule, CP only with the attention kernels its CP supports, TP and SP; the
+  degrees a model part limits in that framework (solver.frameworks.models.model_degrees_ok:
+  torchtitan's multi-token prediction only at pp 1 and cp 1).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from solver.cost.accounting import batch_plan
 from solver.cost.moe_comm import moe_overlap_problems
 from solver.frameworks import capability as fwcap
 from solver.frameworks import load_framework
+from solver.frameworks.models import model_degrees_ok
 from solver.search import moe_split
 from solver.search.options import SearchOptions
 from solver.specs import ModelSpec, TrainingSpec, tp_splits_heads
@@ -99,6 +102,8 @@ def pipeline_ok(model: ModelSpec, options: SearchOptions, pp: int, vpp: int,
     chunks = pp * vpp
     if vpp > 1 and pp == 1:
         return False
+    if training is not None and not model_degrees_ok(training.framework, model, pp=pp):
+        return False  # e.g. torchtitan's MTP runs at pp 1 only (solver.frameworks.models)
     if chunks > model.layers:
         return False
     if model.layers % chunks == 0:
@@ -129,8 +134,11 @@ def framework_pipeline_ok(training: TrainingSpec, pp: int, vpp: int) -> bool:
     return fwcap.interleave_ok(load_framework(training.framework), pp, vpp)
 
 
-def framework_context_ok(training: TrainingSpec, cp: int) -> bool:
-    """The framework's CP runs with the training's attention kernel (when cp > 1)."""
+def framework_context_ok(training: TrainingSpec, cp: int, model: ModelSpec | None = None) -> bool:
+    """The framework's CP runs with the training's attention kernel (when cp > 1), and with
+    `model` at this CP (torchtitan's MTP: cp 1 only, solver.frameworks.models)."""
+    if model is not None and not model_degrees_ok(training.framework, model, cp=cp):
+        return False
     return fwcap.context_ok(load_framework(training.framework), training.attention_kernel, cp)
 
 

@@ -112,7 +112,7 @@ def domains(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             if raw or any(rules.pipeline_ok(model, options, p, v, training)
                           and rules.framework_pipeline_ok(training, p, v) for p in pps)]
     cps = [c for c in _degree_values(cluster, options, options.max_cp)
-           if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c))]
+           if raw or (rules.context_ok(training, c) and rules.framework_context_ok(training, c, model))]
     dps = _dp_values(cluster, training, options, raw)
     experts = expert_domains(model, cluster, options)
     if raw:

@@ -276,11 +276,14 @@ def _flavor_problems(func: str, module: str, call: Any, fx: dict[str, Any]) -> l
 
 
 def _assignment_problems(target: str) -> list[str]:
-    """config.<Trainer.Config field>, block.<norm>.eps (TransformerBlock.Config norms) and
-    block.moe.<MoE.Config field>."""
+    """config.<Trainer.Config field>, block.<norm>.eps (TransformerBlock.Config norms),
+    mtp.<norm>.eps (MTPTransformerBlock.Config norms) and block.moe.<MoE.Config field>."""
     parts = target.split(".")
     if parts[0] == "config" and len(parts) == 2:
         return [] if parts[1] in _class_fields("Trainer.Config") else [f"Trainer.Config has no {parts[1]}"]
+    if parts[0] == "mtp" and len(parts) == 3:  # an MTP layer's own norms (MTPTransformerBlock.Config)
+        ok = parts[1] in _class_fields("MTPTransformerBlock.Config") and parts[2] in _class_fields("RMSNorm.Config")
+        return [] if ok else [f"no field {target}"]
     if parts[:2] == ["block", "moe"] and len(parts) == 3:
         return [] if parts[2] in _class_fields("MoE.Config") else [f"no field {target}"]
     if parts[0] == "block" and len(parts) == 3:
@@ -290,13 +293,18 @@ def _assignment_problems(target: str) -> list[str]:
     return [] if len(parts) == 1 else [f"unchecked assignment {target}"]
 
 
-def torchtitan_violations(settings: dict[str, Any], layers: int, world: int) -> list[str]:
+def torchtitan_violations(settings: dict[str, Any], layers: int, world: int, mtp_layers: int = 0) -> list[str]:
     """torchtitan's own checks on the parallelism and batch settings (parallel_dims.py,
-    distributed/pipeline_parallel.py, trainer.py at the fixture's commit)."""
+    distributed/pipeline_parallel.py, trainer.py at the fixture's commit; with multi-token
+    prediction, deepseek_v3/mtp.py MTPDecoder.Config.update_from_config: no PP, no CP)."""
     fx = fixture("torchtitan")
     defaults = {k: v["default"] for k, v in _class_fields("ParallelismConfig").items()}
     par = {**defaults, **settings["parallelism"]}
     out = []
+    if mtp_layers and par["pipeline_parallel_degree"] > 1:
+        out.append("MTP does not support pipeline parallelism yet")
+    if mtp_layers and par["context_parallel_degree"] > 1:
+        out.append("MTP does not support context parallelism yet")
     for section, cls in (("parallelism", "ParallelismConfig"), ("training", "TrainingConfig")):
         fields = _class_fields(cls)
         for key, value in settings[section].items():

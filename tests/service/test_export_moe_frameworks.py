@@ -112,7 +112,6 @@ def test_megatron_writes_per_head_qk_norm():
 
 
 @pytest.mark.parametrize(("name", "framework", "fields"), [
-    ("deepseek-v3", "torchtitan", {"model.mtp_layers"}),
     ("deepseek-v3", "deepspeed", {"model.mtp_layers", "model.mla", "model.moe.router", "model.moe.router_bias",
                                   "model.moe.shared_experts", "model.moe.router_scale", "model.moe.router_groups",
                                   "model.rope_scaling"}),
@@ -128,7 +127,9 @@ def test_search_refuses_what_the_framework_cannot_express_up_front(name, framewo
 
 
 def test_refusal_is_exit_2_on_the_cli_and_4xx_over_http(capsys, client):
-    args = ["search", "--model", str(HF / "deepseek-v3" / "config.json"), "--cluster", "dgx-h100-superpod",
+    # torchtitan's MTP layers are DeepSeek-V3's (MTPDecoder): a Qwen3-shaped MoE model with one is refused
+    qwen3_mtp = _model("qwen3-30b-a3b").model_copy(update={"mtp_layers": 1}).model_dump_json()
+    args = ["search", "--model", qwen3_mtp, "--cluster", "dgx-h100-superpod",
             "--training", TRAIN.model_dump_json(), "--framework", "torchtitan"]
     assert main(args) == 2 and "model.mtp_layers" in capsys.readouterr().err
     body = {"model": json.loads(_model("deepseek-v3").model_dump_json()), "cluster": "dgx-h100-superpod",

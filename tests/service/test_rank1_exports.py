@@ -37,7 +37,7 @@ def _problems(framework: str, model, layout: LayoutSpec, out: dict) -> list[str]
         return megatron_violations(out["args"])
     if framework == "torchtitan":
         return torchtitan_module_problems(out["module"]) + torchtitan_violations(out["settings"], model.layers,
-                                                                                  layout.gpus)
+                                                                                  layout.gpus, model.mtp_layers)
     return deepspeed_config_problems(out["config"]) + deepspeed_moe_problems(out["moe"])
 
 
