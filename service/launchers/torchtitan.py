@@ -150,7 +150,7 @@ def _model_code(m: ModelSpec, t: TrainingSpec) -> str:
 
 BASE_IMPORTS = '''import dataclasses
 
-from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.components.loss import CrossEntropyLoss
 from torchtitan.config import ParallelismConfig, TrainingConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3.config_registry import llama3_8b
@@ -209,14 +209,18 @@ def _converted(model):
 
 
 def loss_code(m: ModelSpec) -> str:
-    """The Trainer.Config loss: llama3_8b's ChunkedLossWrapper over CrossEntropyLoss, or with
-    multi-token prediction DeepSeek-V3's MTPLoss (torchtitan_moe.mtp_loss_code), since
-    MTPDecoder refuses the chunked loss's skipped LM head (deepseek_v3/mtp.py L268-272)."""
+    """The Trainer.Config loss: CrossEntropyLoss over the whole logits, or with multi-token
+    prediction DeepSeek-V3's MTPLoss (torchtitan_moe.mtp_loss_code).
+
+    Not llama3_8b's ChunkedLossWrapper (components/loss.py L501-540 at b5bcd76c: lm_head, loss
+    and backward per 1/8 of the tokens, so the full logits never exist): the memory model
+    charges the unchunked loss the torchtitan profile's logit_bytes cites (cross_entropy_loss on
+    the FP32 upcast, 12 bytes per logit; 16 under TP), which the measured torchtitan runs used,
+    so the export writes that loss and runs at the predicted memory (the notes say how to chunk).
+    MTPDecoder refuses the chunked loss anyway (deepseek_v3/mtp.py L268-272)."""
     if m.mtp_layers:
         return mtp_loss_code()
-    return ("ChunkedLossWrapper.Config(\n"
-            "        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec)),\n"
-            "    )")
+    return "CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))"
 
 
 def module_name(m: ModelSpec) -> str:
@@ -278,6 +282,10 @@ def torchtitan_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, torchru
         notes.append("torchtitan's FP8 converters need torchao and SM89+ (MXFP8: SM100), and reach their speed "
                      "under torch.compile (components/quantization/float8.md): enable config.compile for the "
                      "model")
+    if not m.mtp_layers:
+        notes.append("the loss is CrossEntropyLoss over the whole logits, as the memory estimate charges them "
+                     "(12 bytes per logit, 16 under TP); torchtitan's ChunkedLossWrapper (llama3_8b's default) "
+                     "would hold about 1/8 of that: swap it in for headroom, not for a larger layout")
     if layout.zero_stage == 1:
         notes.append("ZeRO-1 is FSDP2 under pipelining: each stage keeps gradients unsharded "
                      "through the step and reduce-scatters once (torch pipelining stage.py)")

@@ -228,6 +228,19 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     return ACT_BYTES * s_b * ctx.model.hidden + per_logit * s_b * ctx.model.vocab / tp
 
 
+def mtp_logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
+    """One multi-token-prediction depth's output head on the last stage: its LM-head input
+    (2sbh) and s b V/t logits at the profile's memory.mtp_logit_bytes (torchtitan 4: each
+    depth's MTPLoss keeps its FP32 loss input, the one loss's transient gradients being
+    logits_bytes'); logits_bytes where the profile states none or the training spec states
+    `logit_bytes`."""
+    per_depth = ctx.framework.memory.mtp_logit_bytes
+    if per_depth is None or ctx.training.logit_bytes:
+        return logits_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)
+    s_b = ctx.seq_len / cp * micro_batch
+    return ACT_BYTES * s_b * ctx.model.hidden + per_depth.value * s_b * ctx.model.vocab / tp
+
+
 def model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zero: ZeroStage,
                 ep: int = 1, etp: int | None = None) -> StateBytes:
     """Weights, gradients, optimizer state per GPU under training.framework's recipe

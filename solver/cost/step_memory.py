@@ -60,7 +60,7 @@ def memory_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> Memor
 def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
     """The multi-token-prediction modules on the last stage (solver.cost.mtp): per module one
     micro-batch of one layer's activations (a MoE layer's when the model has them) and its
-    own LM-head input and logits (memory.logits_bytes); 0 without MTP. Added to the charged
+    own LM-head input and logits (memory.mtp_logits_bytes); 0 without MTP. Added to the charged
     stage's activations, an upper bound like the logits term for pp > 1."""
     n, lo = ctx.model.mtp_layers, layout
     if not n:
@@ -70,7 +70,7 @@ def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
     if ctx.model.moe is not None:
         layer += moe_layer_activation_extra_bytes(ctx, tp=lo.tp, cp=lo.cp, recompute=lo.recompute,
                                                   micro_batch=lo.micro_batch, ep=lo.ep, etp=lo.expert_tp)
-    return n * (layer + M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch))
+    return n * (layer + M.mtp_logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch))
 
 
 def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:

@@ -176,6 +176,11 @@ class MemorySemantics(StrictModel):
     logit_bytes: CitedLogitBytes          # bytes per logit alive at the loss when backward starts
     # the same under tensor parallelism (vocab-parallel loss), where it differs; None: logit_bytes
     logit_bytes_tp: CitedLogitBytes | None = None
+    # bytes per logit each multi-token-prediction depth's output head keeps beside the main
+    # head's logit_bytes (its own saved loss input; the transient gradients of one loss at a
+    # time are counted once, in logit_bytes), where the framework's MTP loss works that way;
+    # None: each depth is charged the main head's logit_bytes (solver.cost.memory.mtp_logits_bytes)
+    mtp_logit_bytes: CitedLogitBytes | None = None
     selective_recompute: CitedSelectivePolicy  # what recompute "selective" keeps per layer
     # the modules "selective" recomputes in a mixture-of-experts model (the export writes them;
     # solver.cost.recompute drops the ones the model or recipe cannot take); None: as dense

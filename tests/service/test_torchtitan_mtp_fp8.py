@@ -144,3 +144,32 @@ def test_per_tensor_fp8_moe_and_mtp_without_mla_are_refused_up_front():
     with pytest.raises(SpecError) as e:  # the Qwen3 decoder has no MTP layers
         search_layouts(qwen3, clu, TRAIN, OPTIONS)
     assert {p.field for p in e.value.problems} == {"model.mtp_layers"} and "qwen3/model.py" in e.value.message
+
+
+def test_the_export_writes_the_unchunked_loss_the_memory_model_charges():
+    """torchtitan's logit_bytes (12 per logit, 16 under TP) is the unchunked cross_entropy_loss;
+    llama3_8b's ChunkedLossWrapper (components/loss.py L501-540) would hold about 1/8 of it, so
+    the export writes CrossEntropyLoss itself (and the notes say how to chunk)."""
+    for name in ("llama3-8b", "mixtral-8x7b"):
+        model = load_model(name if name == "llama3-8b" else str(HF / name / "config.json"))
+        layout = LayoutSpec(tp=1, pp=1, dp=32, ep=8 if model.moe else 1, etp=1 if model.moe else None, zero_stage=3)
+        clu = load_cluster("dgx-h100-superpod").model_copy(update={"nodes": 4})
+        out = export_layout("torchtitan", model, TRAIN, layout, rank_placement(clu, layout))
+        assert not _calls(out["module"], "ChunkedLossWrapper.Config") and _calls(out["module"], "CrossEntropyLoss.Config")
+        assert torchtitan_module_problems(out["module"]) == []
+        assert any("ChunkedLossWrapper" in n for n in out["notes"])
+
+
+def test_each_mtp_depth_keeps_its_fp32_loss_input_on_torchtitan():
+    """torchtitan's MTPLoss keeps each depth's FP32 log-softmax (4 bytes per logit) beside the
+    main head's 16 under TP (profile memory.mtp_logit_bytes); Megatron's depths keep the main
+    head's logit_bytes. DeepSeek-V3, TP 2, micro-batch 1, 4096 tokens, by hand:
+    LM-head input 2 x 4096 x 7168 = 58,720,256; logits 4 x 4096 x 129,280 / 2 = 1,059,061,760."""
+    from solver.cost import memory as M
+    from solver.cost.estimate import make_context
+
+    model, clu = load_model("deepseek-v3"), load_cluster("dgx-h100-superpod")
+    titan = make_context(model, clu, TRAIN)
+    assert M.mtp_logits_bytes(titan, tp=2, cp=1, micro_batch=1) == 58_720_256 + 1_059_061_760
+    mega = make_context(model, clu, TRAIN.model_copy(update={"framework": "megatron-core"}))
+    assert M.mtp_logits_bytes(mega, tp=2, cp=1, micro_batch=1) == M.logits_bytes(mega, tp=2, cp=1, micro_batch=1)
