@@ -111,10 +111,27 @@ def test_scored_fp8_runs_meet_the_max_target(report):
 
 @pytest.mark.xfail(strict=True, reason=(
     "FP8 target-set median 9.0% > 8%: the nine Grok-1 FP8 rows are -6.7% to -16.3% (their BF16 "
-    "twins -6% to -13%, no cited mechanism found) and the two Megatron-Bridge 25.09 H100 Qwen3 rows "
-    "+13.2% / +14.8%; strict: this fails once the target is met, so the marker comes off then."))
+    "twins -6% to -13%: a non-GEMM gap of 1.1-3.2 ms per layer and micro-batch, the same in BF16 "
+    "and FP8, growing with the local experts; no cited mechanism, README) and the two "
+    "Megatron-Bridge 25.09 H100 Qwen3 rows +13.2% / +14.8%; strict: this fails once the target is "
+    "met, so the marker comes off then."))
 def test_scored_fp8_runs_meet_the_median_target(report):
     assert report["fp8_target_set"]["median_abs_error"] <= TARGET["median_abs_error"]
+
+
+def test_grok1_fp8_saving_is_predicted_on_every_gpu_count(report):
+    # DGXC Grok-1 runs each layout in BF16 and FP8 (delayed scaling) on the same software, so
+    # measured BF16 - FP8 step time is what FP8 saves; the prediction's difference is the FP8
+    # GEMMs, casts and weight copies (solver.cost.moe_fp8). E.g. 8 H100: measured 24.03 - 19.89 =
+    # 4.14 s, predicted 20.84 - 16.65 = 4.20 s (+1.4%); 32 H100: 10.64 - 8.30 = 2.34 s against
+    # 2.10 s (-10.3%, the widest). Within 12% on all nine pairs: the rows' common under-prediction
+    # (BF16 -6% to -13%) is not in the FP8 GEMM costs (README, "Why Grok-1 stays under-predicted").
+    cases = {c["id"]: c for c in report["cases"]}
+    for gpus in (8, 16, 32, 64, 128, 256, 512, 1024, 2048):
+        bf16, fp8 = cases[f"dgxc_grok1_bf16_{gpus}"], cases[f"dgxc_grok1_fp8_{gpus}"]
+        measured = bf16["measured_step_time_s"] - fp8["measured_step_time_s"]
+        predicted = bf16["predicted_step_time_s"] - fp8["predicted_step_time_s"]
+        assert predicted == pytest.approx(measured, rel=0.12), gpus
 
 
 def test_the_low_confidence_qwen3_30b_rows_have_a_twin_twice_as_fast(report):
