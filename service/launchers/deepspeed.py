@@ -12,7 +12,16 @@ tests/fixtures/frameworks/deepspeed.json holds them. Rules (refused, naming them
 pipeline engine asserts ZeRO < 2 (runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are
 incompatible with pipeline parallelism"); its only training schedule is TrainSchedule
 (runtime/pipe/schedule.py), so no interleaving; no ring context parallelism; plus the
-deepspeed profile's capabilities (solver/data/frameworks/deepspeed.json). A MoE model's
+deepspeed profile's capabilities (solver/data/frameworks/deepspeed.json). Tensor parallelism
+without PP is AutoTP (tensor_parallel.autotp_size); under PP the engine's process grid is the
+PipelineModule's topology (runtime/pipe/module.py L169-183: num_stages alone builds
+PipeDataParallelTopology with DP = world / pp, and runtime/pipe/engine.py L109-111 asserts
+train_batch_size == micro x accumulation x that grid's DP), while AutoTP builds its own DP x TP
+mesh over the whole world with no pipeline axis (utils/groups.py _init_tp_mesh_device
+L136-171). So TP x PP is exported as PipeModelDataParallelTopology(num_pp, num_mp, num_dp)
+(runtime/pipe/topology.py L244-248; axes pipe, data, model: TP innermost, PP outermost, the
+'tp-cp-dp-pp' order) with the layers' TP over the grid's model axis in the model code
+(Megatron-DeepSpeed's way), and no AutoTP key. A MoE model's
 expert layers are DeepSpeed's native MoE layer, set in the model code: the export gives their
 arguments (service.launchers.deepspeed_moe).
 """
@@ -50,9 +59,22 @@ def deepspeed_config(t: TrainingSpec, layout: LayoutSpec) -> dict[str, Any]:
                               "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": {"enabled": t.precision.weight_bytes == 2},
     }
-    if layout.tp > 1:
+    if layout.tp > 1 and layout.pp == 1:  # AutoTP's mesh has no pipeline axis (see the module doc)
         cfg["tensor_parallel"] = {"autotp_size": layout.tp}
     return cfg
+
+
+def deepspeed_pipeline(layout: LayoutSpec) -> dict[str, Any] | None:
+    """How the model code builds its PipelineModule (None without PP): num_stages alone when
+    TP is 1 (PipeDataParallelTopology), else a PipeModelDataParallelTopology with TP as the
+    model axis, so that the grid's DP is the layout's."""
+    if layout.pp == 1:
+        return None
+    if layout.tp == 1:
+        return {"module": "deepspeed.pipe.PipelineModule", "num_stages": layout.pp}
+    return {"module": "deepspeed.pipe.PipelineModule",
+            "topology": {"class": "deepspeed.runtime.pipe.topology.PipeModelDataParallelTopology",
+                         "num_pp": layout.pp, "num_mp": layout.tp, "num_dp": layout.dp}}
 
 
 def deepspeed_launcher(placement: dict[str, Any]) -> list[str]:
@@ -86,9 +108,14 @@ def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     notes = [*model_values(m).notes,
              f"save `config` as {CONFIG_FILE}; train.py calls deepspeed.initialize(args=args, "
              "model=model) with deepspeed.add_config_arguments on its parser"]
-    if layout.pp > 1:
+    if layout.pp > 1 and layout.tp == 1:
         notes.append(f"the model code builds PipelineModule(layers, num_stages={layout.pp}) "
                      "(deepspeed/runtime/pipe/module.py); the config has no pipeline key")
+    elif layout.pp > 1:
+        notes.append(f"the model code builds PipelineModule(layers, topology=PipeModelDataParallelTopology("
+                     f"num_pp={layout.pp}, num_mp={layout.tp}, num_dp={layout.dp})) and splits its layers "
+                     f"{layout.tp}-way over the grid's model-parallel group (Megatron-DeepSpeed style): AutoTP "
+                     "cannot run under the pipeline engine (its DP x TP mesh has no pipeline axis)")
     if layout.recompute != "none":
         notes.append(f"recompute '{layout.recompute}' is model code in DeepSpeed "
                      "(deepspeed.checkpointing.checkpoint around each layer)")
@@ -102,6 +129,7 @@ def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     if m.moe is not None:
         moe = deepspeed_moe(m, t, layout)
         notes += moe_notes(m, layout)
-    return {"config": deepspeed_config(t, layout), "launcher": " ".join(launcher),
+    return {"config": deepspeed_config(t, layout), "pipeline": deepspeed_pipeline(layout),
+            "launcher": " ".join(launcher),
             "launcher_args": launcher, "model_config": hf, "moe": moe, "notes": notes,
             "source": "deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641"}
