@@ -91,6 +91,9 @@ def capability_rules(framework: str, t: TrainingSpec, layout: LayoutSpec,
                     f"({_cite(caps.interleave_min_pp)})"))
     if layout.vpp > 1:
         out += _microbatch_rules(framework, caps.interleave_microbatches, t, layout)
+    if layout.pp > 1 and layout.rank_order == "tp-cp-pp-dp" and not caps.pp_inside_dp.value:
+        out.append(("layout.rank_order", f"{framework} places pipeline stages outermost (rank order "
+                    f"tp-cp-dp-pp), not {layout.rank_order} ({_cite(caps.pp_inside_dp)})"))
     if split and len(set(split)) > 1 and not caps.uneven_pipeline.value:
         out.append(("layout.pipeline_layers", f"{framework} splits pipeline stages evenly only "
                     f"({_cite(caps.uneven_pipeline)})"))

@@ -32,6 +32,7 @@ from typing import Any
 from service.launchers.common import model_values
 from service.launchers.deepspeed_moe import deepspeed_moe, moe_notes
 from solver.cost.accounting import batch_plan
+from solver.frameworks.precision import deepspeed_bf16_section
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 CONFIG_FILE = "ds_config.json"
@@ -57,7 +58,7 @@ def deepspeed_config(t: TrainingSpec, layout: LayoutSpec) -> dict[str, Any]:
         "gradient_accumulation_steps": batch.grad_accum,
         "zero_optimization": {"stage": layout.zero_stage, "overlap_comm": True,
                               "contiguous_gradients": True, "reduce_scatter": True},
-        "bf16": {"enabled": t.precision.weight_bytes == 2},
+        "bf16": deepspeed_bf16_section(t, layout.zero_stage),  # the BF16 recipe charged
     }
     if layout.tp > 1 and layout.pp == 1:  # AutoTP's mesh has no pipeline axis (see the module doc)
         cfg["tensor_parallel"] = {"autotp_size": layout.tp}

@@ -33,6 +33,7 @@ from service.launchers.megatron_moe import (
     mla_args, moe_args, moe_notes, moe_rules, mtp_args, recompute_module_args, rope_variant_args,
 )
 from solver.cost.accounting import batch_plan
+from solver.frameworks.precision import megatron_precision_args
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 # Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP
@@ -198,8 +199,7 @@ def megatron_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     args += ["--attention-backend", "unfused" if t.attention_kernel == "unfused" else "flash"]
     args += _model_args(m, t, layout.tp, model_values(m))
     args += moe_args(m, t, layout) + mla_args(m) + mtp_args(m)  # experts, MLA, MTP (megatron_moe.py)
-    if t.precision.weight_bytes == 2:
-        args.append("--bf16")
+    args += megatron_precision_args(t, layout.zero_stage)  # --bf16 and stated state dtypes
     return args + fp8_args(t.compute_precision)
 
 

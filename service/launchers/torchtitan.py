@@ -100,7 +100,7 @@ def torchtitan_settings(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     training = {"num_tokens_per_microbatch_per_dp_rank": micro_tokens,
                 "num_tokens_per_train_step": micro_tokens * batch.grad_accum * layout.dp,
                 "max_context_length": t.seq_len,
-                "mixed_precision_param": "bfloat16" if t.precision.weight_bytes == 2 else "float32"}
+                "mixed_precision_param": "bfloat16"}  # the BF16 recipe charged (solver.frameworks.precision)
     ac = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[layout.recompute]
     return {"training": training, "parallelism": par, "activation_checkpoint": {"policy": ac}}
 

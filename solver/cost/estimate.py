@@ -130,7 +130,7 @@ def framework_violations(training: TrainingSpec, layout: LayoutSpec, grad_accum:
                                       + layout_model_violations(training.framework, model, layout.pp, layout.cp)]
     found = violations(fw, kernel=training.attention_kernel, tp=layout.tp, pp=layout.pp, cp=layout.cp,
                        vpp=layout.vpp, sp=layout.sequence_parallel, zero=layout.zero_stage, accum=grad_accum,
-                       moe=moe, dp=layout.dp, ep=layout.ep, etp=layout.etp)
+                       moe=moe, dp=layout.dp, ep=layout.ep, etp=layout.etp, rank_order=layout.rank_order)
     return parts + [v.as_dict() for v in found]
 
 

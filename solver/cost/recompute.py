@@ -68,14 +68,20 @@ def check_modules(model: ModelSpec, training: TrainingSpec) -> None:
     """Megatron-Core's checks on an explicit --recompute-modules (transformer_config.py L1964-2012
     d98e8a64). Raises: SpecError naming training.recompute_modules."""
     mods, why = set(training.recompute_modules or ()), []
+    mcore = "NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/transformer_config.py L1964-2012"
     if training.framework != "megatron-core":
-        why.append(f"{training.framework} has no per-module selective recompute (a Megatron-Core option)")
+        where = {"torchtitan": "its SelectiveAC is per-op (pytorch/torchtitan b5bcd76c "
+                               "torchtitan/distributed/activation_checkpoint.py L185-212)",
+                 "deepspeed": "deepspeed.checkpointing.checkpoint wraps what the model code passes it "
+                              "(deepspeedai/DeepSpeed edaa7221 deepspeed/runtime/activation_checkpointing/"
+                              "checkpointing.py)"}.get(training.framework, "")
+        why.append(f"{training.framework} has no per-module selective recompute (a Megatron-Core option): {where}")
     if "mla_up_proj" in mods and model.mla is None:
-        why.append("mla_up_proj needs multi-head latent attention (model.mla)")
+        why.append(f"mla_up_proj needs multi-head latent attention (model.mla) ({mcore})")
     if "moe_act" in mods and model.moe is None:
-        why.append("moe_act needs a mixture-of-experts model (model.moe)")
+        why.append(f"moe_act needs a mixture-of-experts model (model.moe) ({mcore})")
     if mods & {"moe_act", "layernorm"} and training.compute_precision == "fp8-delayed":
-        why.append("delayed FP8 scaling refuses moe_act and layernorm recompute")
+        why.append(f"delayed FP8 scaling refuses moe_act and layernorm recompute ({mcore})")
     if why:
         from solver.errors import Problem, SpecError
         raise SpecError("training.recompute_modules: " + "; ".join(why),

@@ -10,12 +10,15 @@ plus a part sharded over the DP x CP group (d ranks). E.g. Megatron-Core BF16 wi
 distributed optimizer (ZeRO-1): 2 (BF16 weights) + 4 (FP32 main grads, full size) +
 12/d (FP32 main params + two FP32 Adam moments) = 6 + 12/d bytes per parameter (Megatron-LM
 docs/user-guide/features/dist_optimizer.md). A training spec that states `precision`
-explicitly keeps the framework's sharding but its own bytes (with_precision).
+explicitly keeps the framework's sharding, with the bytes of it the framework's export can set
+(solver.frameworks.precision.realised_state: Megatron-LM's state-dtype options, DeepSpeed's
+BF16 master and optimizer-state keys) and the framework's own bytes for the rest.
 """
 from __future__ import annotations
 
 from solver.cost.accounting import ParameterCounts, StateBytes
 from solver.frameworks import StateRecipe, load_framework
+from solver.frameworks.precision import StateDtypes, realised_state
 from solver.specs import TrainingSpec
 
 BF16_BYTES = 2  # unsharded compute copies gathered by ZeRO-3 / FSDP are BF16 in every profile
@@ -24,31 +27,35 @@ BF16_BYTES = 2  # unsharded compute copies gathered by ZeRO-3 / FSDP are BF16 in
 def state_recipe(training: TrainingSpec, zero: int, pp: int) -> StateRecipe:
     """The framework's recipe for a ZeRO stage at this PP; for a stage the framework does
     not run at this PP (the estimate flags it), its recipe for that stage at any PP. When
-    the training spec states `precision` explicitly, its byte sizes replace the recipe's
-    (with_precision)."""
+    the training spec states `precision` explicitly, the bytes of it the framework's export
+    sets replace the recipe's (realised_state, with_precision)."""
     fw = load_framework(training.framework)
     exact = fw.recipe(zero, pp)
     r = exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
-    return with_precision(r, training) if "precision" in training.model_fields_set else r
+    if "precision" not in training.model_fields_set:
+        return r
+    s = realised_state(training.framework, training.precision, zero)
+    if s is None:
+        return r.model_copy(update={"mode": f"{r.mode}; training.precision is not settable: own bytes"})
+    return with_precision(r, s)
 
 
-def with_precision(r: StateRecipe, training: TrainingSpec) -> StateRecipe:
-    """The recipe with training.precision's bytes per parameter for weights, gradients and
-    optimizer state (moments + FP32 master when kept), each split between its whole and
-    sharded parts in the framework's proportions (which state the framework shards stays
-    the framework's; what the run stores it in is the run's, e.g. Megatron's
-    --grad-reduce-in-bf16 gives 2-byte main gradients)."""
-    p = training.precision
+def with_precision(r: StateRecipe, s: StateDtypes) -> StateRecipe:
+    """The recipe with `s`'s bytes per parameter for weights, gradients and optimizer state,
+    each split between its whole and sharded parts in the framework's proportions (which state
+    the framework shards stays the framework's; what the run stores it in is set by the
+    export's options, e.g. Megatron's --grad-reduce-in-bf16 gives 2-byte main gradients)."""
 
     def split(full: float, sharded: float, total: float) -> tuple[float, float]:
         have = full + sharded
         return (total, 0.0) if have == 0 else (full * total / have, sharded * total / have)
 
-    wf, ws = split(r.weights_full_bytes, r.weights_sharded_bytes, p.weight_bytes)
-    gf, gs = split(r.gradients_full_bytes, r.gradients_sharded_bytes, p.grad_bytes)
-    of, os_ = split(r.optimizer_full_bytes, r.optimizer_sharded_bytes, p.optimizer_bytes_per_param)
+    wf, ws = split(r.weights_full_bytes, r.weights_sharded_bytes, s.weight_bytes)
+    gf, gs = split(r.gradients_full_bytes, r.gradients_sharded_bytes, s.grad_bytes)
+    of, os_ = split(r.optimizer_full_bytes, r.optimizer_sharded_bytes, s.optimizer_bytes)
     return r.model_copy(update={
-        "mode": f"{r.mode}; bytes from training.precision", "weights_full_bytes": wf,
+        "mode": f"{r.mode}; training.precision's bytes by {' '.join(s.options) or 'default'}",
+        "weights_full_bytes": wf,
         "weights_sharded_bytes": ws, "gradients_full_bytes": gf, "gradients_sharded_bytes": gs,
         "optimizer_full_bytes": of, "optimizer_sharded_bytes": os_})
 

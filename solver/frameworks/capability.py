@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from solver.frameworks.profile import FrameworkProfile, Source
 
+PP_INSIDE_DP = "tp-cp-pp-dp"  # the rank order with PP ranks inside each DP replica
+
 
 def tensor_ok(fw: FrameworkProfile, tp: int, sp: bool) -> bool:
     """TP only where the framework has it; Megatron-style SP only where it has that."""
@@ -38,6 +40,12 @@ def interleave_batch_ok(fw: FrameworkProfile, pp: int, vpp: int, accum: int) -> 
     if fw.capabilities.interleave_microbatches.value == "multiple_of_pp":
         return accum % pp == 0
     return accum % max(1, accum // pp) == 0
+
+
+def order_ok(fw: FrameworkProfile, pp: int, rank_order: str) -> bool:
+    """PP ranks inside a DP replica (rank order 'tp-cp-pp-dp') only where the framework places
+    ranks so (Capabilities.pp_inside_dp); at pp 1 both orders are the same placement."""
+    return pp == 1 or rank_order != PP_INSIDE_DP or fw.capabilities.pp_inside_dp.value
 
 
 def shard_ok(fw: FrameworkProfile, tp: int, pp: int, cp: int, zero: int) -> bool:
@@ -117,7 +125,7 @@ class Violation:
 
 def violations(fw: FrameworkProfile, *, kernel: str, tp: int, pp: int, cp: int, vpp: int, sp: bool,
                zero: int, accum: int, moe: bool = False, dp: int = 1, ep: int = 1,
-               etp: int | None = None) -> list[Violation]:
+               etp: int | None = None, rank_order: str = "tp-cp-dp-pp") -> list[Violation]:
     """Every capability rule of `fw` the layout breaks (empty: the framework runs it).
     moe: the model has expert layers (then dp, ep and etp, None = tp, are checked too)."""
     caps, name, out = fw.capabilities, fw.name, []
@@ -141,6 +149,9 @@ def violations(fw: FrameworkProfile, *, kernel: str, tp: int, pp: int, cp: int, 
     if not interleave_batch_ok(fw, pp, vpp, accum):
         add("interleave_microbatches", f"{accum} micro-batches do not meet the "
             f"{caps.interleave_microbatches.value} rule at pp {pp}", caps.interleave_microbatches)
+    if not order_ok(fw, pp, rank_order):
+        add("pp_inside_dp", f"rank order {rank_order} at pp {pp}: pipeline stages are always the outermost "
+            "dimension (tp-cp-dp-pp)", caps.pp_inside_dp)
     _shard_violations(fw, tp, pp, cp, zero, add)
     if moe:
         _expert_violations(fw, tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, zero=zero, ep=ep,

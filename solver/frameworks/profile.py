@@ -123,6 +123,7 @@ class Capabilities(StrictModel):
     interleave_min_pp: CitedInt         # smallest PP an interleaved schedule runs at
     interleave_microbatches: CitedMicrobatchRule
     uneven_pipeline: CitedBool
+    pp_inside_dp: CitedBool             # rank order 'tp-cp-pp-dp' (PP ranks inside a DP replica) at PP > 1
     experts: ExpertCapabilities
 
 

@@ -80,6 +80,7 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # A model the framework's exported configuration cannot express is refused before any
     # layout is ranked (solver.frameworks.models; the exports apply the same rules).
     refuse_model(training.framework, model, training)
+    options = placeable_orders(training.framework, options)
     if options.gpus is not None and options.gpus > cluster.available_gpus:
         reason = f"{options.gpus} is more than the cluster's {cluster.available_gpus} available GPUs"
         raise SpecError(f"options.gpus: {reason}", [Problem("options.gpus", reason)])
@@ -283,3 +284,22 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             "fits": est.fits, "step_time_s": est.step_time_s, "mfu": est.mfu, **est.mfu_fields(),
             "best_step_time_s": best_step_time_s,
             "slower_than_best": est.step_time_s / best_step_time_s - 1.0}
+
+
+def placeable_orders(framework: str, options: SearchOptions) -> SearchOptions:
+    """options.rank_orders less 'tp-cp-pp-dp' where the framework always places pipeline stages
+    outermost (Capabilities.pp_inside_dp, cited; at pp 1 both orders are one placement).
+    Raises: SpecError naming options.rank_orders when no listed order remains."""
+    from solver.frameworks import load_framework
+    from solver.frameworks.capability import PP_INSIDE_DP
+
+    fact = load_framework(framework).capabilities.pp_inside_dp
+    if fact.value or PP_INSIDE_DP not in options.rank_orders:
+        return options
+    orders = tuple(o for o in options.rank_orders if o != PP_INSIDE_DP)
+    if not orders:
+        src = fact.sources[0]
+        reason = (f"{framework} places pipeline stages outermost (rank order tp-cp-dp-pp), never "
+                  f"{PP_INSIDE_DP} ({src.repository} {src.path})")
+        raise SpecError(f"options.rank_orders: {reason}", [Problem("options.rank_orders", reason)])
+    return options.model_copy(update={"rank_orders": orders})

@@ -187,8 +187,6 @@ def torchtitan_mismatches(model: Any, training: Any, layout: Any, estimate: dict
 # ------------------------------------------------------------------ DeepSpeed
 def deepspeed_mismatches(model: Any, training: Any, layout: Any, estimate: dict[str, Any],
                          launch: dict[str, Any]) -> list[str]:
-    from solver.frameworks import load_framework
-
     cfg = launch["config"]
     out = deepspeed_config_problems(cfg)
     if launch.get("moe") is not None:
@@ -205,10 +203,30 @@ def deepspeed_mismatches(model: Any, training: Any, layout: Any, estimate: dict[
         out.append("micro-batch / accumulation differ from the estimate's")
     if cfg["zero_optimization"]["stage"] != layout.zero_stage:
         out.append("ZeRO stage differs from the layout's")
-    own = load_framework("deepspeed").recipe(layout.zero_stage, layout.pp)
-    if own is not None:  # the export sets no state dtypes beyond bf16.enabled
-        out += _precision_check("DeepSpeed", own.bytes_per_param(layout.dp * layout.cp), estimate)
+    out += _deepspeed_state(cfg["bf16"], layout, estimate)
     return out
+
+
+def _deepspeed_state(bf16: dict[str, Any], layout: Any, estimate: dict[str, Any]) -> list[str]:
+    """DeepSpeed's BF16 ZeRO optimizer keeps FP32 master weights, master gradients and moments
+    (16 bytes); bf16_master_weights_and_grads makes the first two BF16 (12), with
+    bf16_optimizer_states the moments too (8); both need ZeRO 1-3 (runtime/config.py
+    L1041-1049)."""
+    from solver.frameworks import load_framework
+
+    mwg, bos = bf16.get("bf16_master_weights_and_grads"), bf16.get("bf16_optimizer_states")
+    out = []
+    if (mwg or bos) and layout.zero_stage == 0:
+        out.append("bf16_master_weights_and_grads / bf16_optimizer_states need ZeRO 1-3 (runtime/config.py)")
+    if bos and not mwg:
+        out.append("bf16_optimizer_states needs bf16_master_weights_and_grads (runtime/config.py)")
+    own = load_framework("deepspeed").recipe(layout.zero_stage, layout.pp)
+    if own is None or not bf16.get("enabled"):
+        return out + ([] if bf16.get("enabled") else ["bf16 is off: the BF16 recipe was charged"])
+    d, opt_own = layout.dp * layout.cp, own.optimizer_full_bytes + own.optimizer_sharded_bytes
+    opt = 8 if bos else 12 if mwg else opt_own
+    actual = own.bytes_per_param(d) - (1 - opt / opt_own) * (own.optimizer_full_bytes + own.optimizer_sharded_bytes / d)
+    return out + _precision_check("DeepSpeed", actual, estimate)
 
 
 def _deepspeed_pipeline(cfg: dict[str, Any], pipeline: dict[str, Any] | None, layout: Any) -> list[str]:
