@@ -67,9 +67,21 @@ def expert_ok(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, sp: bool, ep: 
 
 def expert_shard_ok(fw: FrameworkProfile, *, tp: int, cp: int, dp: int, zero: int, ep: int, etp: int) -> bool:
     """A MoE model at this ZeRO stage: a stage the framework runs with experts, and EP x ETP
-    divides the ranks the framework folds the expert group onto (expert_region_ranks)."""
+    folds onto the ranks the framework gives the expert group (expert_fold_ok)."""
     return zero in fw.capabilities.experts.moe_zero_stages.value and \
-        expert_region_ranks(fw, tp=tp, cp=cp, dp=dp, zero=zero) % (ep * etp) == 0
+        expert_fold_ok(fw, expert_region_ranks(fw, tp=tp, cp=cp, dp=dp, zero=zero), zero, ep, etp)
+
+
+def expert_fold_ok(fw: FrameworkProfile, ranks: int, zero: int, ep: int, etp: int) -> bool:
+    """EP x ETP divides the expert region's ranks; and where the region is torchtitan's
+    (tp_cp_dp_shard) and the state is replicated (ZeRO-0: dp_shard 1), EP spans it whole:
+    torchtitan fully_shards routed experts with EP > 1 over efsdp = dp_shard x cp x tp / ep
+    (distributed/fsdp.py apply_fsdp_to_decoder, parallel_dims.py), which ZeRO-0's replicated
+    expert state (what the memory model charges) needs to be 1."""
+    if ranks % (ep * etp):
+        return False
+    region = fw.capabilities.experts.expert_ranks.value
+    return not (region == "tp_cp_dp_shard" and zero == 0 and ep > 1 and ranks != ep * etp)
 
 
 def expert_region_ranks(fw: FrameworkProfile, *, tp: int, cp: int, dp: int, zero: int) -> int:
@@ -183,6 +195,9 @@ def _expert_violations(fw: FrameworkProfile, *, tp: int, pp: int, cp: int, dp: i
     if ranks % (ep * etp):
         add("expert_ranks", f"ep x etp ({ep} x {etp}) must divide the {ex.expert_ranks.value} ranks "
             f"({ranks})", ex.expert_ranks)
+    elif not expert_fold_ok(fw, ranks, zero, ep, etp):
+        add("expert_ranks", f"with ZeRO-0 the experts' FSDP group (efsdp = {ranks} / {ep}) must be 1: "
+            f"ep must span the {ranks} tp x cp ranks", ex.expert_ranks)
 
 
 def _shard_violations(fw: FrameworkProfile, tp: int, pp: int, cp: int, zero: int, add) -> None:

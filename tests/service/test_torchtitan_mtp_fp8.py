@@ -173,3 +173,22 @@ def test_each_mtp_depth_keeps_its_fp32_loss_input_on_torchtitan():
     assert M.mtp_logits_bytes(titan, tp=2, cp=1, micro_batch=1) == 58_720_256 + 1_059_061_760
     mega = make_context(model, clu, TRAIN.model_copy(update={"framework": "megatron-core"}))
     assert M.mtp_logits_bytes(mega, tp=2, cp=1, micro_batch=1) == M.logits_bytes(mega, tp=2, cp=1, micro_batch=1)
+
+
+@pytest.mark.parametrize(("framework", "zero", "tp", "ep", "ok"), [
+    ("torchtitan", 0, 4, 2, False),   # efsdp = 4 / 2 = 2: torchtitan would shard the experts ZeRO-0 replicates
+    ("torchtitan", 0, 4, 4, True),    # efsdp = 1
+    ("torchtitan", 1, 4, 2, True),    # FSDP: expert state sharded over efsdp, as charged
+    ("megatron-core", 0, 4, 2, True),
+])
+def test_torchtitan_zero0_experts_need_ep_to_span_tp_x_cp(framework, zero, tp, ep, ok):
+    """torchtitan distributed/fsdp.py apply_fsdp_to_decoder fully_shards routed experts with
+    EP > 1 over efsdp = dp_shard x cp x tp / ep (parallel_dims.py), also at dp_shard 1."""
+    from solver.frameworks import load_framework
+    from solver.frameworks.capability import expert_shard_ok, expert_violations
+
+    fw = load_framework(framework)
+    assert expert_shard_ok(fw, tp=tp, cp=1, dp=8, zero=zero, ep=ep, etp=1) is ok
+    pp = 2 if zero == 1 and framework == "torchtitan" else 1
+    found = expert_violations(fw, tp=tp, pp=pp, cp=1, dp=8, sp=True, zero=zero, ep=ep, etp=1)
+    assert ("expert_ranks" in [v.rule for v in found]) is (not ok)
