@@ -200,12 +200,7 @@ class WorkerPool:
         idle = self._idle
         if idle is None:  # closed while starting
             raise JobStopped("busy", "the server is shutting down", [], 0.0)
-        wait = max(0.0, min(self.wait_s, deadline - time.monotonic()))
-        try:
-            worker = await asyncio.wait_for(idle.get(), timeout=wait)
-        except TimeoutError:
-            raise JobStopped("busy", f"all {self.size} solve workers are busy; retry shortly",
-                             run.stages, time.monotonic() - run.started) from None
+        worker = await self._take(idle, deadline, run)
         try:
             result = await self._exchange(worker, kind, payload, deadline, disconnected, run)
         except BaseException:
@@ -217,6 +212,23 @@ class WorkerPool:
         else:
             idle.put_nowait(worker)
         return result
+
+    async def _take(self, idle: asyncio.Queue[_Worker], deadline: float, run: _Run) -> _Worker:
+        """An idle worker: at once when one is idle, whatever time the request has left
+        (Python 3.11's asyncio.wait_for with a timeout <= 0 gives up before even a ready get()
+        runs, so a request that reached the pool late on a loaded machine was refused as
+        saturated with a worker idle); else the first freed within queue_wait_s and the
+        deadline. Raises: JobStopped('busy')."""
+        try:
+            return idle.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        wait = max(0.0, min(self.wait_s, deadline - time.monotonic()))
+        try:
+            return await asyncio.wait_for(idle.get(), timeout=wait)
+        except TimeoutError:
+            raise JobStopped("busy", f"all {self.size} solve workers are busy; retry shortly",
+                             run.stages, time.monotonic() - run.started) from None
 
     async def _exchange(self, worker: _Worker, kind, payload, deadline, disconnected, run) -> Any:
         loop = asyncio.get_running_loop()

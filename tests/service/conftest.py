@@ -92,6 +92,21 @@ def client(make_client):
     return make_client()
 
 
+def post_admitted(client, url: str, tries: int = 5, **kw):
+    """client.post(url, **kw), sent again after the server's Retry-After while it answers
+    503 `saturated` (every solve worker busy: the documented backpressure, which a test's
+    single request meets only when a loaded machine delays its workers); at most `tries`
+    times, then that 503 is returned for the test to fail on. Any other answer is returned."""
+    import time
+
+    for _ in range(tries - 1):
+        r = client.post(url, **kw)
+        if r.status_code != 503 or r.json()["error"]["type"] != "saturated":
+            return r
+        time.sleep(float(r.headers["retry-after"]))
+    return client.post(url, **kw)
+
+
 def problems(response) -> dict[str, str]:
     """{field: reason} of an error response (asserts the error shape)."""
     body = response.json()

@@ -5,7 +5,7 @@ import pytest
 
 from service.routers.schemas import SEED_CLUSTER, SEED_LAYOUT, SEED_MODEL, SEED_TRAINING
 from service.settings import Settings
-from tests.service.conftest import problems
+from tests.service.conftest import post_admitted, problems
 
 SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b"}
 
@@ -36,8 +36,10 @@ def test_presets_lists_every_kind(client):
 
 def test_estimate_seed_layout(client):
     """Seed plan, "Choose a first layout": TP8 + ZeRO-1 model state about 36.1 GB per GPU
-    (17.5 + 17.5 + 1.1 GB with the exact 69.5B parameters: 35.84 GB), 0.77 s grad-sync bound."""
-    r = client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
+    (17.5 + 17.5 + 1.1 GB with the exact 69.5B parameters: 35.84 GB), 0.77 s grad-sync bound.
+    A 503 `saturated` is retried after its Retry-After (post_admitted): backpressure is
+    test_saturated_is_503's subject, the figures are this test's."""
+    r = post_admitted(client, "/v1/estimate", json={**SEED, "layout": SEED_LAYOUT})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["accounting"]["memory_per_gpu_bytes"]["total"] == pytest.approx(35.84e9, rel=0.01)
@@ -139,6 +141,33 @@ def test_saturated_is_503(make_client):
     client.portal.call(pool._idle.put, held)
     assert r.status_code == 503 and r.json()["error"]["type"] == "saturated"
     assert r.headers["retry-after"] == "1"
+    assert client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).status_code == 200
+
+
+def test_an_idle_worker_is_taken_with_no_time_left(make_client):
+    """A request that reaches the pool after its deadline while a worker is idle is not
+    refused as saturated: Python 3.11's asyncio.wait_for(timeout=0) gives up before even a
+    ready queue get() runs (service.workers.WorkerPool._take takes an idle worker at once).
+    It either finishes or stops on its deadline, never 'busy'."""
+    import time
+
+    from service.workers import JobStopped
+
+    client = make_client(max_concurrent_solves=1)
+    pool, settings = client.app.state.pool, client.app.state.settings
+
+    async def never() -> bool:
+        return False
+
+    async def late() -> str:
+        try:
+            await pool.run("estimate", {"body": {**SEED, "layout": SEED_LAYOUT}, "settings": settings},
+                           time.monotonic() - 1.0, never)
+        except JobStopped as exc:
+            return exc.reason
+        return "done"
+
+    assert client.portal.call(late) in ("done", "deadline")
     assert client.post("/v1/estimate", json={**SEED, "layout": SEED_LAYOUT}).status_code == 200
 
 
