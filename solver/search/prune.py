@@ -206,46 +206,50 @@ def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> 
 
 def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) -> float:
     """The cheap bound of _lower_s (module docstring), or with exact_moe the MoE layer's exact
-    extra in place of its floor."""
-    tp, pp, cp, dp, sp, mb, ep, etp = g
-    m, spb = accum(dp, mb), bool(sp)
+    extra in place of its floor. Every group's cheap bound is computed, so this is kept lean."""
+    tp, pp, cp, dp, sp, mb, _ep, _etp = g
+    m = accum(dp, mb)
     v_max = max(r[4] for r in rows)
-    n_moe = t.moe_layers
-
-    def rc_terms(rc: str) -> tuple[float, float]:
-        """(one layer's time, a lower bound on a MoE layer's extra) at recompute level rc."""
-        layer = t.layer(tp, cp, spb, rc, mb)
-        # The MoE extra is at least its compute less the dense FFN's TP collectives a MoE layer
-        # may drop (moe_comm.moe_layer_comm: all-to-all and expert-TP time >= 0, the TP change
-        # >= -0.5 x layer_tp_comm_s), so no link is queried here.
-        if exact_moe and n_moe:
-            moe_s = sum(t.moe(tp, cp, spb, rc, mb, ep, etp, dp, pp))
-        else:
-            moe_s = t.moe_compute(tp, cp, rc, mb, ep, etp)[0] - 0.5 * layer[1] if n_moe else 0.0
-        return sum(layer), moe_s
-
-    def work_s(rc: str) -> float:
-        return _rank_lower_s(lm.spec.layers, n_moe, pp, *rc_terms(rc))
-
-    rcs = frozenset(r[7] for r in rows)
-    head = t.head(tp, cp, spb, mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
+    head = t.head(tp, cp, bool(sp), mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
+    exact = exact_moe and t.moe_layers > 0
     if t.first_last is not None and _explicit_splits(None, t, pp, rows):  # MoE first/last splits
-        vs = (min(r[4] for r in rows), v_max)
+        n_moe, vs = t.moe_layers, (min(r[4] for r in rows), v_max)
         return min(moe_split.lower_step_s(_rank_lower_s(lm.spec.layers, n_moe, pp, layer_s, moe_s) * pp,
                                           layers=lm.spec.layers, n_moe=n_moe, pp=pp, m=m, vpps=vs,
                                           layer_s=layer_s, moe_s=moe_s, head_s=head)
-                   for layer_s, moe_s in map(rc_terms, (RECOMPUTE_NAMES[rc] for rc in rcs)))
-    key = None if exact_moe and n_moe else (tp, pp, cp, sp, mb, ep, etp, rcs)  # the floor does not read dp
-    memo = t.__dict__.setdefault("_work_floor", {})
-    if key in memo:
-        work = memo[key]
-    else:
-        work = min(work_s(RECOMPUTE_NAMES[rc]) for rc in rcs)
-        if key is not None:
-            memo[key] = work
+                   for layer_s, moe_s in (_rc_terms(t, g, rc, exact) for rc in {r[7] for r in rows}))
+    work = _work_s(lm, t, g, rows, exact)
     if _explicit_splits(lm.options, t, pp, rows):  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
         return (work * pp + head) / pp * (m + (pp - 1) / v_max)
     return work * (m + (pp - 1) / v_max) + m * head
+
+
+def _work_s(lm, t, g: tuple, rows: list[tuple], exact: bool) -> float:
+    """The least _rank_lower_s over the recompute levels of the group's rows (each level once)."""
+    layers, n_moe, pp = lm.spec.layers, t.moe_layers, g[1]
+    work, seen = math.inf, 0  # seen: bit rc set once level rc is done
+    for r in rows:
+        rc = r[7]
+        if not seen >> rc & 1:
+            seen |= 1 << rc
+            work = min(work, _rank_lower_s(layers, n_moe, pp, *_rc_terms(t, g, rc, exact)))
+    return work
+
+
+def _rc_terms(t, g: tuple, rc: int, exact: bool) -> tuple[float, float]:
+    """(one layer's time, a lower bound on a MoE layer's extra) at recompute level rc (an
+    index of RECOMPUTE_NAMES). The floor (exact False) is the MoE extra's compute less the
+    dense FFN's TP collectives a MoE layer may drop (moe_comm.moe_layer_comm: all-to-all and
+    expert-TP time >= 0, the TP change >= -0.5 x layer_tp_comm_s), so no link is queried;
+    exact: the MoE extra itself."""
+    tp, pp, cp, dp, sp, mb, ep, etp = g
+    rcn = RECOMPUTE_NAMES[rc]
+    layer = t.layer(tp, cp, bool(sp), rcn, mb)
+    if not t.moe_layers:
+        return sum(layer), 0.0
+    if exact:
+        return sum(layer), sum(t.moe(tp, cp, bool(sp), rcn, mb, ep, etp, dp, pp))
+    return sum(layer), t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1]
 
 
 def _explicit_splits(lm_options, t, pp: int, rows: list[tuple]) -> bool:

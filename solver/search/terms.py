@@ -22,10 +22,9 @@ rank order) and step_memory.moe_activation_extra_bytes, the evaluator's own func
 """
 from __future__ import annotations
 
-import math
 import time
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from solver.cost import memory as M
 from solver.cost import terms as T
@@ -47,6 +46,7 @@ from solver.search.gc_pause import without_cyclic_gc
 from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import keys_within, prune_keys
 from solver.search.rules import DENSE_ETP, accumulation
+from solver.search.term_memory import MtpShape, no_split_fits
 from solver.search.scaling import time_int
 from solver.specs import LayoutSpec, Recompute
 
@@ -145,11 +145,10 @@ class _Terms:
         return act
 
     def _mtp_act(self, tp, cp, sp, rc, mb, ep, etp) -> float:
-        """step_memory.mtp_activation_bytes of a layout with these fields (the only ones the
-        layout it is given sets, so the only ones it can read: memoized on them)."""
-        lo = LayoutSpec.model_construct(tp=tp, cp=cp, sequence_parallel=sp, recompute=rc, micro_batch=mb, ep=ep,
-                                        etp=None if etp == DENSE_ETP else etp)
-        return mtp_activation_bytes(self.ctx, lo)
+        """step_memory.mtp_activation_bytes of a layout with these fields (memoized on them),
+        handed a term_memory.MtpShape: only these fields, read as a LayoutSpec's (cast)."""
+        shape = MtpShape(tp, cp, sp, rc, mb, ep, None if etp == DENSE_ETP else etp)
+        return mtp_activation_bytes(self.ctx, cast(LayoutSpec, shape))
 
     def time_terms(self, tp, pp, cp, dp, vpp, mb, sp, rc, ep=1, etp=DENSE_ETP) -> TimeTerms:
         """The pipeline time terms of a row (DP and optimizer terms 0)."""
@@ -222,7 +221,7 @@ class _Terms:
         total0 = self.pair_memory(shard, vpp, rc, m)
         if split0 is None or total0 <= self.usable or vpp > 1 or not self.split_uneven:
             return split0, pipe0, total0  # fits, or the split is the only one (even chunks)
-        if self._no_split_fits(shard, rc, m):
+        if no_split_fits(self, shard, rc, m):
             return split0, pipe0, total0
         layout = LayoutSpec(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sequence_parallel=bool(sp), zero_stage=zero,
                             micro_batch=mb, recompute=rc, ep=ep, etp=None if etp == DENSE_ETP else etp)
@@ -236,34 +235,6 @@ class _Terms:
             return split0, pipe0, total0
         pipe_s = self.pipe_s(tp, pp, cp, dp, vpp, mb, bool(sp), rc, ep, etp, m, split) if self.with_time else 0.0
         return split, pipe_s, self.variant_memory(shard, vpp, rc, m, split)
-
-    def _no_split_fits(self, shard: tuple, rc: str, m: int) -> bool:
-        """A shortcut (vpp = 1): True only when no split of the layers fits memory, so that the
-        exact per-stage limits (step.stage_layer_limits) run only near the memory limit.
-
-        Rank r with n layers needs at least a_r + b_r n bytes (stage_profile, stage_state: model
-        state linear in its parameters, k bytes each; activations per_layer x n x min(pp - r, m);
-        the embedding's stored values and full recompute's extra layer left out), so it holds at
-        most (limit - a_r) / b_r layers; one more layer of slack per rank covers float rounding.
-        """
-        tp, pp, cp, dp, sp, zero, mb, _ep, etp = shard
-        if etp != DENSE_ETP:  # MoE: per-layer parameters differ by layer; the exact limits decide
-            return False
-        pc, layers = self.ctx.params, self.ctx.model.layers
-        st = self.stage_state(1, tp, pp, dp, cp, zero)
-        k = st.weights + st.gradients + st.optimizer
-        _, _, _, logits, comm, overhead = self.rest(*shard)
-        act = self.layer_act(tp, cp, bool(sp), rc, mb)
-        room = self.usable * (1 + 1e-9) - comm - overhead
-        held = 0
-        for r in range(pp):
-            fixed = ((pc.embedding + pc.position_embedding) * k if r == 0 else 0.0) + (
-                (pc.final_norm + pc.lm_head) * k + logits if r == pp - 1 else 0.0)
-            cap = (room - fixed) / (k * pc.per_layer + act * min(pp - r, m)) + 1.0
-            if cap < 1.0:
-                return True
-            held += min(layers, math.floor(cap))
-        return held < layers
 
     def pair_total(self, shard: tuple, rest: tuple[float, ...], act: float, prof: list | None) -> float:
         """Memory per GPU of a (pipeline row, shard row) pair: compose_memory's total, or with
