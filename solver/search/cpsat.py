@@ -48,6 +48,8 @@ class LayoutModel:
         self.values: dict[str, tuple[int, ...]] = {}
         self._zero: dict[tuple, tuple[int, ...]] = {}
         self._experts: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        self._vpps: dict[tuple[int, int, int], list[tuple[int, list[int]]]] = {}  # _vpp_rcs
+        self._mbs: dict[tuple[int, int, int], list[int]] = {}  # _micro_batches
         self._fields()
         self._tensor()
         self._pipeline()
@@ -110,7 +112,7 @@ class LayoutModel:
     def _context(self) -> None:
         """CP divides the sequence into 2 x cp chunks."""
         rows = [(c,) for c in self.values["cp"]
-                if rules.context_ok(self.training, c) and rules.framework_context_ok(self.training, c, self.spec)]
+                if rules.context_ok(self.training, c) and rules.framework_context_ok(self.training, c)]
         self._allowed("context", ("cp",), rows)
 
     def _gpus(self) -> None:
@@ -200,25 +202,39 @@ class LayoutModel:
                     yield from self._rows(tp, pp, cp, dp, ep, etp)
 
     def _rows(self, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int) -> Iterable[tuple]:
-        """The pipeline rows of one set of degrees."""
-        batch = self._batch_map
+        """The pipeline rows of one set of degrees (vpp, then micro-batch, sp, recompute)."""
         # the sequence-parallel rules read neither vpp nor the micro-batch: tested once
         sps = [sp for sp in self.values["sequence_parallel"]
                if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
                and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
-        for vpp in self.values["vpp"]:
-            if not (rules.pipeline_ok(self.spec, self.options, pp, vpp, self.training)
-                    and rules.framework_pipeline_ok(self.training, pp, vpp)):
-                continue
-            rcs = [rc for rc in self.values["recompute"]  # nor does the overlap rule read them
-                   if rules.moe_overlap_ok(self.training, pp, vpp, ep, etp, RECOMPUTE_NAMES[rc])]
-            for mb in self.values["micro_batch"]:
-                accum = batch.get((dp, mb))
-                if accum is None or not rules.interleave_batch_ok(pp, vpp, accum, self.training):
-                    continue
-                for sp in sps:
-                    for rc in rcs:
-                        yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
+        for vpp, rcs in self._vpp_rcs(pp, ep, etp):
+            tail = [(sp, rc) for sp in sps for rc in rcs]
+            for mb in self._micro_batches(dp, pp, vpp):
+                for sp, rc in tail:
+                    yield (tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp)
+
+    def _vpp_rcs(self, pp: int, ep: int, etp: int) -> list[tuple[int, list[int]]]:
+        """(vpp, recompute codes) pairs the pipeline and overlap rules admit (memoized: these
+        rules read neither tp, cp, dp nor the micro-batch)."""
+        key = (pp, ep, etp)
+        if key not in self._vpps:
+            self._vpps[key] = [
+                (vpp, [rc for rc in self.values["recompute"]
+                       if rules.moe_overlap_ok(self.training, pp, vpp, ep, etp, RECOMPUTE_NAMES[rc])])
+                for vpp in self.values["vpp"]
+                if rules.pipeline_ok(self.spec, self.options, pp, vpp, self.training)
+                and rules.framework_pipeline_ok(self.training, pp, vpp)]
+        return self._vpps[key]
+
+    def _micro_batches(self, dp: int, pp: int, vpp: int) -> list[int]:
+        """The micro-batches with a batch row at dp whose accumulation the interleaving rule
+        admits at (pp, vpp) (memoized)."""
+        key = (dp, pp, vpp)
+        if key not in self._mbs:
+            batch = self._batch_map
+            self._mbs[key] = [mb for mb in self.values["micro_batch"] if (dp, mb) in batch
+                              and rules.interleave_batch_ok(pp, vpp, batch[(dp, mb)], self.training)]
+        return self._mbs[key]
 
     def layout(self, solver_values: dict[str, int]) -> LayoutSpec:
         """The LayoutSpec of one solution's field values."""

@@ -49,6 +49,8 @@ from solver.specs import LayoutSpec
 
 # Bound levels of _lower_s.
 CHEAP, EXACT_MOE, FITTING, REFINED = 0, 1, 2, 3
+# The shape handed to objective_units for the step_time objective, which reads none of it.
+_NO_SHAPE = SimpleNamespace()
 # Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
 MARGIN = 1e-9
 
@@ -74,14 +76,15 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     factor = wall_factor_of(lm.spec, lm.cluster, training) if options.objective == "min_cost" else None
 
     def objective(g: tuple, step_s: float) -> float:
+        if options.objective == "step_time":  # objective_units reads no layout field
+            return objective_units(options, training, _NO_SHAPE, step_s)
         tp, pp, cp, dp, _sp, mb, _ep, _etp = g
         # what objective_units and wall_factor_of read
         shape = SimpleNamespace(gpus=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb)
         return objective_units(options, training, shape, step_s, factor(shape) if factor else 1.0)
 
     bounds = []
-    for g, rows in by_group.items():
-        lower_s = _lower_s(lm, t, g, rows, accum)
+    for g, lower_s in zip(by_group, _cheap_bounds(lm, t, by_group, accum), strict=True):
         if deadline is not None and run_steps_of(g) * lower_s > deadline * (1 + MARGIN):
             continue  # no layout of the group ends by the deadline
         bounds.append((objective(g, lower_s), g, CHEAP))
@@ -89,6 +92,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
     row_best: dict[tuple, float] = {}  # per pipeline key, its best fitting objective
+    fitted: dict[tuple, tuple] = {}  # per group, _fitting of its rows (the fitting and refined levels)
     tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
     while bounds:
         lb, g, level = heapq.heappop(bounds)
@@ -96,7 +100,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
             break
         if level < REFINED:  # the next bound level (_lower_s), evaluated only when the group comes up
             level = level + 1 if level or t.moe_mask else FITTING  # dense: the cheap bound is exact in MoE
-            lower_s = _lower_s(lm, t, g, by_group[g], accum, level)
+            lower_s = _lower_s(lm, t, g, by_group[g], accum, level, fitted)
             if lower_s == math.inf:  # no layout of the group fits memory: it holds no top-K layout
                 kept.add(g)
             else:
@@ -136,7 +140,8 @@ def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], boun
     return [k for k in keys if pipe_group(k) in kept]
 
 
-def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP) -> float:
+def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP,
+             fitted: dict | None = None) -> float:
     """A lower bound on the step time of the group's layouts (module docstring) at one of four
     levels, each at least the one before; a group is raised a level when it reaches the front
     of the queue, so the costlier terms are evaluated only for the groups that get there.
@@ -150,12 +155,19 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP) -> f
     stages that fit (every step adds one: dp_exposed_s + optimizer_s, >= 0) and the least
     head time with the multi-token-prediction modules over the fitting recompute levels
     (step.time_terms' head_extra_s = head_extra_s + mtp_s, mtp_s >= 0).
+    fitted: group -> _fitting of its rows, filled and read when given (prune_keys passes one
+    dict per search, the rows of a group being always the same there).
     """
     if level < FITTING:
         return _base_lower_s(lm, t, g, rows, accum, level >= EXACT_MOE)
     tp, pp, cp, dp, sp, mb, ep, etp = g
     m = accum(dp, mb)
-    rows, zeros = _fitting(t, g, rows, lm.zero_stages(tp, pp, cp, dp, ep, etp), m)
+    fit = fitted.get(g) if fitted is not None else None
+    if fit is None:
+        fit = _fitting(t, g, rows, lm.zero_stages(tp, pp, cp, dp, ep, etp), m)
+        if fitted is not None:
+            fitted[g] = fit
+    rows, zeros = fit
     if not rows:
         return math.inf
     base = _base_lower_s(lm, t, g, rows, accum, True)
@@ -206,34 +218,60 @@ def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> 
 
 def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) -> float:
     """The cheap bound of _lower_s (module docstring), or with exact_moe the MoE layer's exact
-    extra in place of its floor. Every group's cheap bound is computed, so this is kept lean."""
+    extra in place of its floor."""
     tp, pp, cp, dp, sp, mb, _ep, _etp = g
+    exact = exact_moe and t.moe_layers > 0
+    if not (t.first_last is not None or lm.options.split_stages):  # no explicit splits (_explicit_splits)
+        return _plain_lower_s(lm.spec.layers, t, g, rows, accum(dp, mb), exact)
     m = accum(dp, mb)
     v_max = max(r[4] for r in rows)
     head = t.head(tp, cp, bool(sp), mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
-    exact = exact_moe and t.moe_layers > 0
+    terms = [_rc_terms(t, g, rc, exact) for rc in {r[7] for r in rows}]
+    n_moe, layers = t.moe_layers, lm.spec.layers
     if t.first_last is not None and _explicit_splits(None, t, pp, rows):  # MoE first/last splits
-        n_moe, vs = t.moe_layers, (min(r[4] for r in rows), v_max)
-        return min(moe_split.lower_step_s(_rank_lower_s(lm.spec.layers, n_moe, pp, layer_s, moe_s) * pp,
-                                          layers=lm.spec.layers, n_moe=n_moe, pp=pp, m=m, vpps=vs,
+        vs = (min(r[4] for r in rows), v_max)
+        return min(moe_split.lower_step_s(_rank_lower_s(layers, n_moe, pp, layer_s, moe_s) * pp,
+                                          layers=layers, n_moe=n_moe, pp=pp, m=m, vpps=vs,
                                           layer_s=layer_s, moe_s=moe_s, head_s=head)
-                   for layer_s, moe_s in (_rc_terms(t, g, rc, exact) for rc in {r[7] for r in rows}))
-    work = _work_s(lm, t, g, rows, exact)
+                   for layer_s, moe_s in terms)
+    work = min(_rank_lower_s(layers, n_moe, pp, layer_s, moe_s) for layer_s, moe_s in terms)
     if _explicit_splits(lm.options, t, pp, rows):  # explicit splits: step >= (sum_r t_r / pp)(m + (pp-1)/v)
         return (work * pp + head) / pp * (m + (pp - 1) / v_max)
     return work * (m + (pp - 1) / v_max) + m * head
 
 
-def _work_s(lm, t, g: tuple, rows: list[tuple], exact: bool) -> float:
-    """The least _rank_lower_s over the recompute levels of the group's rows (each level once)."""
-    layers, n_moe, pp = lm.spec.layers, t.moe_layers, g[1]
-    work, seen = math.inf, 0  # seen: bit rc set once level rc is done
+def _plain_lower_s(layers: int, t, g: tuple, rows: list[tuple], m: int, exact: bool) -> float:
+    """_base_lower_s of a group without explicit splits, m micro-batches per step: the least
+    _rank_lower_s over the recompute levels of its rows (each level once) x (m + (pp - 1) /
+    v_max) + m x head_extra_s. Every group's cheap bound is computed (_cheap_bounds): this is
+    the search's hottest loop, kept to the term lookups and the arithmetic."""
+    tp, pp, cp, dp, sp, mb, ep, etp = g
+    spb, n_moe = bool(sp), t.moe_layers
+    work, seen, v_max = math.inf, 0, 1  # seen: bit rc set once recompute level rc is done
     for r in rows:
+        if r[4] > v_max:
+            v_max = r[4]
         rc = r[7]
         if not seen >> rc & 1:
             seen |= 1 << rc
-            work = min(work, _rank_lower_s(layers, n_moe, pp, *_rc_terms(t, g, rc, exact)))
-    return work
+            rcn = RECOMPUTE_NAMES[rc]
+            layer = t.layer(tp, cp, spb, rcn, mb)
+            if not n_moe:
+                moe_s = 0.0
+            elif exact:  # the MoE extra itself
+                moe_s = sum(t.moe(tp, cp, spb, rcn, mb, ep, etp, dp, pp))
+            else:  # its floor (_rc_terms)
+                moe_s = t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1]
+            work = min(work, _rank_lower_s(layers, n_moe, pp, sum(layer), moe_s))
+    return work * (m + (pp - 1) / v_max) + m * t.head(tp, cp, spb, mb, pp)
+
+
+def _cheap_bounds(lm, t, by_group: dict[tuple, list[tuple]], accum) -> list[float]:
+    """_lower_s at CHEAP of every group, in by_group's order."""
+    if t.first_last is not None or lm.options.split_stages:
+        return [_lower_s(lm, t, g, rows, accum) for g, rows in by_group.items()]
+    layers = lm.spec.layers
+    return [_plain_lower_s(layers, t, g, rows, accum(g[3], g[5]), False) for g, rows in by_group.items()]
 
 
 def _rc_terms(t, g: tuple, rc: int, exact: bool) -> tuple[float, float]:
@@ -241,7 +279,7 @@ def _rc_terms(t, g: tuple, rc: int, exact: bool) -> tuple[float, float]:
     index of RECOMPUTE_NAMES). The floor (exact False) is the MoE extra's compute less the
     dense FFN's TP collectives a MoE layer may drop (moe_comm.moe_layer_comm: all-to-all and
     expert-TP time >= 0, the TP change >= -0.5 x layer_tp_comm_s), so no link is queried;
-    exact: the MoE extra itself."""
+    exact: the MoE extra itself. _plain_lower_s computes the same inline."""
     tp, pp, cp, dp, sp, mb, ep, etp = g
     rcn = RECOMPUTE_NAMES[rc]
     layer = t.layer(tp, cp, bool(sp), rcn, mb)

@@ -74,6 +74,14 @@ class _Terms:
         self.head = lru_cache(maxsize=None)(self._head)
         self.p2p = lru_cache(maxsize=None)(self._p2p)
         self.per_layer_act = lru_cache(maxsize=None)(self._act)
+        # the parts of _act and memory_rest that do not read the expert degrees, memoized apart
+        self.dense_act = lru_cache(maxsize=None)(
+            lambda tp, cp, sp, rc, mb, pp, vpp, m: M.activation_bytes(
+                ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb, pp=pp, vpp=vpp, grad_accum=m))
+        self.buffers = lru_cache(maxsize=None)(  # (logits, comm buffers) bytes
+            lambda tp, pp, cp, dp, sp, zero, mb: (
+                M.logits_bytes(ctx, tp=tp, cp=cp, micro_batch=mb),
+                M.comm_buffer_bytes(ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb)))
         self.state = lru_cache(maxsize=None)(self._state)
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
         self.stage_state = lru_cache(maxsize=None)(
@@ -135,8 +143,7 @@ class _Terms:
                             dp=dp, pp=pp)
 
     def _act(self, tp, cp, sp, rc, mb, pp, vpp, m, ep=1, etp=DENSE_ETP) -> float:
-        act = M.activation_bytes(self.ctx, tp=tp, cp=cp, sp=sp, recompute=rc, micro_batch=mb,
-                                 pp=pp, vpp=vpp, grad_accum=m)
+        act = self.dense_act(tp, cp, sp, rc, mb, pp, vpp, m)
         if etp != DENSE_ETP:  # as step_memory.memory_terms adds them
             act += moe_activation_extra_of(self.ctx, tp=tp, cp=cp, micro_batch=mb, ep=ep, etp=etp, pp=pp, vpp=vpp,
                                            recompute=rc, grad_accum=m, mask=self.moe_mask)
@@ -253,9 +260,7 @@ class _Terms:
     def memory_rest(self, tp, pp, cp, dp, sp, zero, mb, ep=1, etp=DENSE_ETP) -> tuple[float, ...]:
         """(weights, gradients, optimizer, logits, comm buffers, overhead) bytes per GPU."""
         st = self.state(tp, pp, dp, cp, zero, ep, etp)
-        return (st.weights, st.gradients, st.optimizer,
-                M.logits_bytes(self.ctx, tp=tp, cp=cp, micro_batch=mb),
-                M.comm_buffer_bytes(self.ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb),
+        return (st.weights, st.gradients, st.optimizer, *self.buffers(tp, pp, cp, dp, sp, zero, mb),
                 self.ctx.options.framework_overhead_bytes)
 
     @staticmethod

@@ -60,3 +60,29 @@ def test_pruned_top10_equals_exhaustive_on_64_gpus(objective, fewer):
     assert [r.objective_units for r in res.layouts] == pytest.approx(expected, rel=1e-12)
     full = term_rows(LayoutModel(model, cluster, training, options))
     assert res.phases["rows"]["pipeline"] < len(full.pipe_keys)  # the pruning did prune
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_cheap_bounds_equal_the_cheap_level(moe):
+    """prune._cheap_bounds (every group's first bound, in one loop) equals _lower_s's cheap
+    level group by group, bit for bit, for a dense and a MoE model (exact and floor terms)."""
+    from solver.search.prune import EXACT_MOE, _cheap_bounds, _plain_lower_s
+    from tests.search.test_experts import SMALL as MOE_SMALL, moe_model, training as moe_training
+    from tests.search.test_experts_cost import cluster as moe_cluster
+
+    if moe:
+        model, training, options = moe_model(ffn=128), moe_training(), SearchOptions(**MOE_SMALL)
+        cluster = moe_cluster(2, 4, memory_gb=3.45)
+    else:
+        model, training = tiny_model(6, 8, 2, 64, 4, True), tiny_training(1024, 16)
+        cluster, options = binding_cluster(model, 2, 4, 0.6), SearchOptions(allow_fewer_gpus=True, **SMALL)
+    lm = LayoutModel(model, cluster, training, options)
+    t = _Terms(make_context(model, cluster, training))
+    groups: dict = {}
+    for key in lm.pipeline_rows():
+        groups.setdefault(pipe_group(key), []).append(key)
+    acc = lambda dp, mb: accumulation(training, dp, mb)  # noqa: E731
+    assert _cheap_bounds(lm, t, groups, acc) == [_lower_s(lm, t, g, rows, acc) for g, rows in groups.items()]
+    for g, rows in groups.items():
+        exact = _lower_s(lm, t, g, rows, acc, EXACT_MOE)
+        assert _plain_lower_s(model.layers, t, g, rows, acc(g[3], g[5]), moe) == exact, g
