@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from operator import itemgetter
 from types import SimpleNamespace
 from collections.abc import Callable
 
@@ -51,6 +52,9 @@ from solver.specs import LayoutSpec
 CHEAP, EXACT_MOE, FITTING, REFINED = 0, 1, 2, 3
 # The shape handed to objective_units for the step_time objective, which reads none of it.
 _NO_SHAPE = SimpleNamespace()
+# A pipeline row's group (model.pipe_group, as one C call: the hot loops use it) and its vpp.
+_GROUP_OF = itemgetter(0, 1, 2, 3, 6, 5, 8, 9)
+_VPP_OF = itemgetter(4)
 # Relative float margin on the K-th best objective (summation-order differences are ~1e-15).
 MARGIN = 1e-9
 
@@ -65,7 +69,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     deadline = options.deadline_s if options.objective == "min_gpus_deadline" else None
     by_group: dict[tuple, list[tuple]] = {}
     for key in keys:
-        by_group.setdefault(pipe_group(key), []).append(key)
+        by_group.setdefault(_GROUP_OF(key), []).append(key)
     steps: dict[tuple[int, int], int] = {}
 
     def run_steps_of(g: tuple) -> int:
@@ -126,7 +130,8 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
     # Row level: a pipeline row whose best fitting layout is past the K-th best objective and
     # the tie limit (or that fits with no shard row) holds no top-K or tied layout.
     cut = max(-worst_k[0], tied) * (1 + MARGIN) + 1.0 if len(worst_k) >= options.top_k else math.inf
-    return [k for k in keys if row_best.get(k, math.inf) <= cut]
+    best = {k for k, obj in row_best.items() if obj <= cut}
+    return [k for k in keys if k in best]
 
 
 def keys_within(lm, t, keys: list[tuple], accum: Callable[[int, int], int], bound_s: float) -> list[tuple]:
@@ -244,25 +249,31 @@ def _plain_lower_s(layers: int, t, g: tuple, rows: list[tuple], m: int, exact: b
     """_base_lower_s of a group without explicit splits, m micro-batches per step: the least
     _rank_lower_s over the recompute levels of its rows (each level once) x (m + (pp - 1) /
     v_max) + m x head_extra_s. Every group's cheap bound is computed (_cheap_bounds): this is
-    the search's hottest loop, kept to the term lookups and the arithmetic."""
+    the search's hottest loop, kept to the term lookups and the arithmetic.
+
+    With exact (a MoE model), the levels are taken by increasing floor work and a level's
+    exact MoE extra is queried only while its floor work is below the least exact work so far:
+    the floor is at most the exact extra (_rc_terms) and _rank_lower_s never decreases as the
+    MoE extra grows (in floats too: each branch is monotone and they meet in order at 0), so a
+    level skipped cannot lower the minimum."""
     tp, pp, cp, dp, sp, mb, ep, etp = g
     spb, n_moe = bool(sp), t.moe_layers
-    work, seen, v_max = math.inf, 0, 1  # seen: bit rc set once recompute level rc is done
-    for r in rows:
-        if r[4] > v_max:
-            v_max = r[4]
-        rc = r[7]
-        if not seen >> rc & 1:
-            seen |= 1 << rc
-            rcn = RECOMPUTE_NAMES[rc]
-            layer = t.layer(tp, cp, spb, rcn, mb)
-            if not n_moe:
-                moe_s = 0.0
-            elif exact:  # the MoE extra itself
-                moe_s = sum(t.moe(tp, cp, spb, rcn, mb, ep, etp, dp, pp))
-            else:  # its floor (_rc_terms)
-                moe_s = t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1]
+    floors = []
+    for rc in {r[7] for r in rows}:
+        rcn = RECOMPUTE_NAMES[rc]
+        layer = t.layer(tp, cp, spb, rcn, mb)
+        moe_s = t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1] if n_moe else 0.0
+        floors.append((_rank_lower_s(layers, n_moe, pp, sum(layer), moe_s), rc, layer))
+    v_max = max(map(_VPP_OF, rows))
+    if exact and n_moe:
+        work = math.inf
+        for floor, rc, layer in sorted(floors, key=lambda f: f[0]):
+            if floor >= work:
+                break
+            moe_s = sum(t.moe(tp, cp, spb, RECOMPUTE_NAMES[rc], mb, ep, etp, dp, pp))
             work = min(work, _rank_lower_s(layers, n_moe, pp, sum(layer), moe_s))
+    else:
+        work = min(f[0] for f in floors)
     return work * (m + (pp - 1) / v_max) + m * t.head(tp, cp, spb, mb, pp)
 
 

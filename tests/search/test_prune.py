@@ -65,8 +65,9 @@ def test_pruned_top10_equals_exhaustive_on_64_gpus(objective, fewer):
 @pytest.mark.parametrize("moe", [False, True])
 def test_cheap_bounds_equal_the_cheap_level(moe):
     """prune._cheap_bounds (every group's first bound, in one loop) equals _lower_s's cheap
-    level group by group, bit for bit, for a dense and a MoE model (exact and floor terms)."""
-    from solver.search.prune import EXACT_MOE, _cheap_bounds, _plain_lower_s
+    level group by group, bit for bit, for a dense and a MoE model (exact and floor terms);
+    prune's row -> group getter is model.pipe_group."""
+    from solver.search.prune import _GROUP_OF, EXACT_MOE, _cheap_bounds, _plain_lower_s
     from tests.search.test_experts import SMALL as MOE_SMALL, moe_model, training as moe_training
     from tests.search.test_experts_cost import cluster as moe_cluster
 
@@ -80,6 +81,7 @@ def test_cheap_bounds_equal_the_cheap_level(moe):
     t = _Terms(make_context(model, cluster, training))
     groups: dict = {}
     for key in lm.pipeline_rows():
+        assert _GROUP_OF(key) == pipe_group(key)
         groups.setdefault(pipe_group(key), []).append(key)
     acc = lambda dp, mb: accumulation(training, dp, mb)  # noqa: E731
     assert _cheap_bounds(lm, t, groups, acc) == [_lower_s(lm, t, g, rows, acc) for g, rows in groups.items()]
