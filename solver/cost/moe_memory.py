@@ -69,7 +69,7 @@ from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
 from solver.cost.recompute import dropped_moe_bytes, mlp_dropped_bytes
-from solver.cost.state import framework_state_bytes
+from solver.cost.state import framework_state_bytes, moe_gathered_delta_bytes
 from solver.cost.terms import CostContext
 from solver.specs import Recompute, ZeroStage
 
@@ -82,7 +82,11 @@ def moe_model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zer
     edp = expert_dp_ranks(tp=tp, cp=cp, dp=dp, ep=ep, etp=e_tp)
     d = framework_state_bytes(ctx.training, dense / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
     x = framework_state_bytes(ctx.training, routed / (ep * e_tp * pp), pp=pp, dp=edp, cp=1, zero=zero)
-    return StateBytes(d.weights + x.weights + fp8_copy_bytes(ctx, tp=tp, pp=pp, ep=ep, etp=e_tp),
+    # gathered (ZeRO-3 / FSDP) blocks are MoE blocks: the difference to the dense-layer unit
+    # memory.comm_buffer_bytes charges (solver.cost.state.moe_gathered_delta_bytes)
+    per_layer = routed // (ctx.params.moe_layers + ctx.model.mtp_layers)
+    gathered = moe_gathered_delta_bytes(ctx.training, ctx.params, per_layer, tp=tp, pp=pp, zero=zero, ep=ep, etp=e_tp)
+    return StateBytes(d.weights + x.weights + fp8_copy_bytes(ctx, tp=tp, pp=pp, ep=ep, etp=e_tp) + gathered,
                       d.gradients + x.gradients, d.optimizer + x.optimizer)
 
 

@@ -94,6 +94,32 @@ def gathered_weight_bytes(training: TrainingSpec, params: ParameterCounts, *, tp
     return units / tp * BF16_BYTES
 
 
+def moe_gathered_delta_bytes(training: TrainingSpec, params: ParameterCounts, routed_per_layer: int, *, tp: int,
+                             pp: int, zero: int, ep: int, etp: int) -> float:
+    """What gathered_weight_bytes misses for a MoE model, bytes per GPU (negative when its
+    dense-layer unit overstates the model's largest layer): FSDP units are transformer blocks,
+    and a MoE block gathers its attention, norms, shared experts and router split over TP (the
+    router is replicated over TP; hidden x E, at most a few MB, counted / tp) plus the rank's
+    routed experts, / (ep x etp): with EP > 1 torchtitan fully_shards them over efsdp
+    (pytorch/torchtitan b5bcd76c distributed/fsdp.py L267-348), so an all-gather returns the
+    E / ep local experts; with EP 1 they are TP-sharded (models/common/MOE_SHARDING.md);
+    Megatron-FSDP's units are TransformerLayer / MoETransformerLayer (NVIDIA/Megatron-LM
+    d98e8a64 megatron/core/distributed/fsdp/mcore_fsdp_adapter.py L171), holding the rank's
+    EP x ETP share of the experts. The
+    largest block present (dense layers only where the model has them) replaces the dense one
+    in each gathered unit (gathered_layers, plus one for the all-gather stream pool)."""
+    r = state_recipe(training, zero, pp)
+    units = r.gathered_layers + (1 if r.all_gather_pool else 0)
+    if not units:
+        return 0.0
+    routed = routed_per_layer  # one MoE layer's routed experts (all E)
+    moe_unit = (params.attention_per_layer + params.norms_per_layer + params.moe_ffn_per_layer - routed) / tp \
+        + routed / (ep * etp)
+    dense_unit = params.per_layer / tp
+    largest = max(moe_unit, dense_unit if params.dense_layers else 0.0)
+    return units * (largest - dense_unit) * BF16_BYTES
+
+
 def recipe_summary(training: TrainingSpec, zero: int, pp: int, dp: int, cp: int) -> dict:
     """What the plan prints beside a layout's memory: framework, mode, bytes per parameter."""
     r = state_recipe(training, zero, pp)

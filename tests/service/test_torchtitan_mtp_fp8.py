@@ -192,3 +192,23 @@ def test_torchtitan_zero0_experts_need_ep_to_span_tp_x_cp(framework, zero, tp, e
     pp = 2 if zero == 1 and framework == "torchtitan" else 1
     found = expert_violations(fw, tp=tp, pp=pp, cp=1, dp=8, sp=True, zero=zero, ep=ep, etp=1)
     assert ("expert_ranks" in [v.rule for v in found]) is (not ok)
+
+
+def test_fsdp_gathers_moe_blocks_not_dense_ones():
+    """torchtitan FSDP2 units are transformer blocks (distributed/fsdp.py apply_fsdp_to_decoder);
+    a MoE block gathers its attention, norms, router and shared experts / tp and its E / (ep etp)
+    routed experts. Mixtral 8x7B (no dense layer), ZeRO-3 (2 prefetched blocks + the all-gather
+    stream pool's block), tp 1, ep 1, by hand: attention 4096 x (4096 + 2 x 1024) + 4096 x 4096 =
+    41,943,040; norms 8,192; router 4096 x 8 = 32,768; experts 8 x 3 x 4096 x 14336 =
+    1,409,286,144: block 1,451,270,144 vs the dense-layer unit charged before, 41,943,040 + 8,192 +
+    176,160,768 = 218,112,000: 3 x 1,233,158,144 x 2 bytes = 7,398,948,864 more."""
+    from solver.cost.estimate import make_context
+    from solver.cost.state import moe_gathered_delta_bytes
+
+    model = load_model(str(HF / "mixtral-8x7b" / "config.json"))
+    params = make_context(model, load_cluster("dgx-h100-superpod"), TRAIN).params
+    routed = 8 * 3 * 4096 * 14336
+    assert moe_gathered_delta_bytes(TRAIN, params, routed, tp=1, pp=1, zero=3, ep=1, etp=1) == 7_398_948_864
+    # ep 8: one local expert per rank, block (41,943,040 + 8,192 + 32,768) + 176,160,768 = 218,144,768
+    assert moe_gathered_delta_bytes(TRAIN, params, routed, tp=1, pp=1, zero=3, ep=8, etp=1) == 3 * 32_768 * 2
+    assert moe_gathered_delta_bytes(TRAIN, params, routed, tp=1, pp=2, zero=0, ep=8, etp=1) == 0  # nothing gathered
