@@ -136,6 +136,43 @@ def problems(quick: bool = False) -> list[Problem]:
     return _dense(quick) + _moe(quick)
 
 
+# (model, nodes of 8 GPUs it is sampled on) for random problems: sizes where it can fit
+_RANDOM_MODELS = {"llama3-8b": (1, 64), "llama3-70b": (8, 256), "llama3-405b": (64, 512), "seed-70b": (8, 256),
+                  "gpt3-175b": (32, 256), "hf:mistral-7b": (1, 64), "hf:qwen2-7b": (1, 64), "hf:gemma-2b": (1, 16),
+                  "hf:mixtral-8x7b": (4, 64), "hf:mixtral-8x22b": (16, 128), "hf:qwen3-30b-a3b": (2, 64),
+                  "hf:deepseek-v2-lite": (1, 32), "hf:qwen1.5-moe-a2.7b": (1, 16), "hf:deepseek-v3": (64, 256)}
+_RANDOM_SEARCH = [(), (("zero_stages", (0, 1)),), (("recompute", ("none", "selective")),), (("max_vpp", 2),),
+                  (("rank_orders", ("tp-cp-dp-pp", "tp-cp-pp-dp")),), (("split_stages", True),),
+                  (("allow_fewer_gpus", True),), (("max_micro_batch", 1),), (("zero_stages", (2, 3)),)]
+_RANDOM_TRAINING = [(), (("moe_a2a_overlap", True),), (("moe_capacity_factor", 1.0),),
+                    (("attention_kernel", "unfused"),)]
+_PRECISIONS = [None, None, (2, 4, 2, True), (2, 2, 4, False), (2, 2, 2, False), (2, 2, 4, True), (4, 4, 4, False)]
+
+
+def random_problems(count: int, seed: int) -> list[Problem]:
+    """`count` problems drawn from the grid's axes (a fixed seed gives a fixed list)."""
+    import random
+
+    rng, out = random.Random(seed), []
+    for _ in range(count):
+        model = rng.choice(sorted(_RANDOM_MODELS))
+        lo, hi = _RANDOM_MODELS[model]
+        cluster = rng.choice(["dgx-h100-superpod", "dgx-h100-superpod", "dgx-h200-superpod", "gb200-nvl72-superpod",
+                              "hgx-b200-cluster", "h800-2048"])
+        nodes = rng.choice([n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if lo <= n <= hi])
+        if cluster.startswith("gb200"):  # NVL72 domains: 18 trays of 4 GPUs
+            nodes = max(18, 18 * round(nodes * 2 / 18))
+        seq = rng.choice([2048, 4096, 8192, 8192, 16384, 32768, 131072])
+        tokens = rng.choice([2, 4, 8, 16]) * 2 ** 20
+        batch = max(1, tokens // seq)
+        fp8 = rng.random() < 0.35
+        recipe = rng.choice([None, None, "fp8-delayed", "fp8-blockwise"]) if fp8 else None
+        out.append(Problem(model, cluster, nodes, seq, batch, fp8=fp8, precision=rng.choice(_PRECISIONS),
+                           training=rng.choice(_RANDOM_TRAINING), search=rng.choice(_RANDOM_SEARCH),
+                           fp8_recipe=recipe))
+    return out
+
+
 def _spec(p: Problem, framework: str) -> tuple[Any, Any, Any]:
     from solver.presets import load_model
     from solver.specs import PrecisionRecipe, TrainingSpec
@@ -198,9 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the small grid the property test runs")
     ap.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS), choices=FRAMEWORKS)
     ap.add_argument("--match", default="", help="only problems whose label contains this text")
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="N random problems instead of the grid")
+    ap.add_argument("--seed", type=int, default=0, help="seed of --random")
     args = ap.parse_args(argv)
     start, rows = time.perf_counter(), []
-    for p in problems(args.quick):
+    for p in random_problems(args.random, args.seed) if args.random else problems(args.quick):
         if args.match not in p.label:
             continue
         for fw in args.frameworks:

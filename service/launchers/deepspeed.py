@@ -78,6 +78,24 @@ def deepspeed_pipeline(layout: LayoutSpec) -> dict[str, Any] | None:
                          "num_pp": layout.pp, "num_mp": layout.tp, "num_dp": layout.dp}}
 
 
+def zero3_limits(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> dict[str, int]:
+    """ZeRO-3's gathered-parameter limits, in elements, as the deepspeed profile charges them
+    (two layers gathered: recipe gathered_layers 2). DeepSpeed's defaults allow more: it keeps
+    every parameter reused within stage3_max_reuse_distance (1e9 elements) resident, and
+    prefetches up to stage3_prefetch_bucket_size (5e7) while under stage3_max_live_parameters
+    (1e9) (deepspeed/runtime/zero/partitioned_param_coordinator.py L450-460, L640-665;
+    zero/config.py L215-244, edaa7221): for a 8B-class model several layers beyond the two
+    charged. Limits of one layer (reuse, prefetch) and two layers (live) keep it at the two.
+    Empty below ZeRO-3."""
+    from solver.cost.accounting import parameter_counts
+
+    if layout.zero_stage < 3:
+        return {}
+    layer = parameter_counts(m, t.seq_len).per_layer // layout.tp
+    return {"stage3_max_live_parameters": 2 * layer, "stage3_max_reuse_distance": layer,
+            "stage3_prefetch_bucket_size": layer}
+
+
 def deepspeed_launcher(placement: dict[str, Any]) -> list[str]:
     """`deepspeed` runner arguments and the training script's DeepSpeed arguments."""
     per_node = placement["ranks_per_node"]
@@ -130,7 +148,9 @@ def deepspeed_export(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     if m.moe is not None:
         moe = deepspeed_moe(m, t, layout)
         notes += moe_notes(m, layout)
-    return {"config": deepspeed_config(t, layout), "pipeline": deepspeed_pipeline(layout),
+    config = deepspeed_config(t, layout)
+    config["zero_optimization"].update(zero3_limits(m, t, layout))
+    return {"config": config, "pipeline": deepspeed_pipeline(layout),
             "launcher": " ".join(launcher),
             "launcher_args": launcher, "model_config": hf, "moe": moe, "notes": notes,
             "source": "deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641"}

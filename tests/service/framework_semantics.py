@@ -204,7 +204,25 @@ def deepspeed_mismatches(model: Any, training: Any, layout: Any, estimate: dict[
     if cfg["zero_optimization"]["stage"] != layout.zero_stage:
         out.append("ZeRO stage differs from the layout's")
     out += _deepspeed_state(cfg["bf16"], layout, estimate)
-    return out
+    return out + _deepspeed_zero3(cfg["zero_optimization"], model, training, layout)
+
+
+def _deepspeed_zero3(zero: dict[str, Any], model: Any, training: Any, layout: Any) -> list[str]:
+    """ZeRO-3 keeps parameters reused within stage3_max_reuse_distance and prefetches within
+    stage3_max_live_parameters (partitioned_param_coordinator.py L450-460, L640-665): the
+    limits must hold the gathered parameters to the two layers the profile charges."""
+    from solver.cost.accounting import parameter_counts
+
+    if layout.zero_stage < 3:
+        return []
+    layer = parameter_counts(model, training.seq_len).per_layer // layout.tp
+    live = zero.get("stage3_max_live_parameters", 10 ** 9)
+    reuse = zero.get("stage3_max_reuse_distance", 10 ** 9)
+    prefetch = zero.get("stage3_prefetch_bucket_size", 5 * 10 ** 7)
+    if live > 2 * layer or reuse > layer or prefetch > layer:
+        return [f"ZeRO-3 may keep more than the 2 layers charged ({2 * layer:,} elements): live {live:,}, "
+                f"reuse distance {reuse:,}, prefetch {prefetch:,}"]
+    return []
 
 
 def _deepspeed_state(bf16: dict[str, Any], layout: Any, estimate: dict[str, Any]) -> list[str]:

@@ -159,3 +159,22 @@ def test_torchtitan_and_deepspeed_place_pipeline_stages_outermost():
         assert "pp_inside_dp" in {v["rule"] for v in framework_violations(tf, inside, 4, moe=True)}
         with pytest.raises(SpecError, match="outermost"):
             export_layout(framework, model, tf, inside, rank_placement(cluster, inside))
+
+
+def test_deepspeed_zero3_holds_the_two_gathered_layers_it_is_charged():
+    """Llama 3 8B on DeepSpeed ZeRO-3: the profile charges two gathered layers; DeepSpeed's
+    defaults (stage3_max_reuse_distance 1e9 elements, stage3_max_live_parameters 1e9) would
+    keep up to about 1e9 / 218,112,000 = 4.6 layers. The export now sets reuse distance and
+    prefetch to one layer and the live limit to two. Layer: attention 4096 x (4096 + 2 x 1024
+    + 4096) = 41,943,040, FFN 3 x 4096 x 14,336 = 176,160,768, two norms 8,192: 218,112,000."""
+    from service.launchers.deepspeed import zero3_limits
+
+    model = load_model("llama3-8b")
+    t = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 256, framework="deepspeed")
+    layout = LayoutSpec(dp=8, zero_stage=3)
+    out = export_layout("deepspeed", model, t, layout, rank_placement(load_cluster("dgx-h100-superpod"), layout))
+    zero = out["config"]["zero_optimization"]
+    assert zero["stage3_max_live_parameters"] == 2 * 218_112_000
+    assert zero["stage3_max_reuse_distance"] == zero["stage3_prefetch_bucket_size"] == 218_112_000
+    assert deepspeed_config_problems(out["config"]) == []
+    assert zero3_limits(model, t, layout.model_copy(update={"zero_stage": 2})) == {}
