@@ -199,18 +199,27 @@ def _fitting(t, g: tuple, rows: list[tuple], zeros: tuple[int, ...], m: int) -> 
     Without splits the total never decreases as the activations grow (terms.term_rows:
     monotone_fit), so a stage fits some row iff it fits the row of least activations, and
     an interleaved row, which holds at least the activations of its recompute level's vpp 1
-    row (_group_values), cannot fit when that row fits no stage."""
+    row (_group_values), cannot fit when that row fits no stage; and a row with no more
+    activations than one that fits, fits (no fewer than one that fits no stage: fits none)."""
     tp, pp, cp, dp, sp, mb, ep, etp = g
     if t.split_uneven is not None or _explicit_splits(None, t, pp, rows):
         return rows, set(zeros)
     rests = [(t.rest(tp, pp, cp, dp, sp, z, mb, ep, etp), z) for z in zeros]
     fit_rows, acts = [], []
     skip: set[int] = set()  # recompute levels whose vpp 1 row fits no stage
+    fit_hi, miss_lo = -math.inf, math.inf  # the most activations seen to fit, the least seen to fit no stage
     for key in sorted(rows, key=lambda k: k[4] > 1):  # vpp 1 rows first (stable)
         if key[4] > 1 and key[7] in skip:
             continue
         act = t.per_layer_act(tp, cp, bool(sp), RECOMPUTE_NAMES[key[7]], mb, pp, key[4], m, ep, etp)
-        if any(t.memory_total(rest, act) <= t.usable for rest, _z in rests):
+        if act <= fit_hi:  # (monotone) the stage that fits fit_hi fits act
+            fits = True
+        elif act >= miss_lo:  # no stage fits miss_lo, so none fits act
+            fits = False
+        else:
+            fits = any(t.memory_total(rest, act) <= t.usable for rest, _z in rests)
+            fit_hi, miss_lo = (max(fit_hi, act), miss_lo) if fits else (fit_hi, min(miss_lo, act))
+        if fits:
             fit_rows.append(key)
             acts.append(act)
         elif key[4] == 1:
