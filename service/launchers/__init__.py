@@ -32,10 +32,20 @@ __all__ = ["BLOCKS", "RANKS_LISTED_MAX", "deepspeed_config", "export_layout", "f
 BLOCKS = {"megatron-core": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 
 
+def layout_split(layout: LayoutSpec, split: list[int] | None) -> list[int] | None:
+    """The layers per pipeline stage or chunk an export writes: the layout's own
+    pipeline_layers when it has them (per model chunk under interleaving), else `split`. A
+    search result's `pipeline_split` is per pipeline rank (solver.search.api._split): for an
+    uneven interleaved layout it cannot give the pp x vpp chunks Megatron's
+    --pipeline-model-parallel-layout lists, so the layout's chunks come first."""
+    return list(layout.pipeline_layers) if layout.pipeline_layers else split
+
+
 def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
                     split: list[int] | None) -> list[tuple[str, str]]:
     """Every rule of `framework` the layout breaks: its profile's capabilities, then the
     framework's own checks on the exported configuration. Empty when it runs."""
+    split = layout_split(layout, split)
     out = dense_model_rules(m, framework, t) + capability_rules(framework, t, layout, split)
     out += expert_capability_rules(framework, m, t, layout)
     if framework == "megatron-core":
@@ -50,6 +60,7 @@ def framework_rules(framework: str, m: ModelSpec, t: TrainingSpec, layout: Layou
 def export_layout(framework: str, m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
                   placement: dict[str, Any], split: list[int] | None = None) -> dict[str, Any]:
     """The launch block of one framework. Raises: SpecError naming every rule it breaks."""
+    split = layout_split(layout, split)
     refuse(framework, framework_rules(framework, m, t, layout, split))
     run = torchrun_args(placement)
     if framework == "megatron-core":

@@ -178,3 +178,29 @@ def test_deepspeed_zero3_holds_the_two_gathered_layers_it_is_charged():
     assert zero["stage3_max_reuse_distance"] == zero["stage3_prefetch_bucket_size"] == 218_112_000
     assert deepspeed_config_problems(out["config"]) == []
     assert zero3_limits(model, t, layout.model_copy(update={"zero_stage": 2})) == {}
+
+
+def test_an_uneven_interleaved_rank1_exports_its_chunks():
+    """Qwen1.5-MoE-A2.7B (24 layers) on 32 H800, FP32 training, split stages: rank 1 is PP2 x VPP5 with
+    chunks [6, 2 x 9] (the layout's pipeline_layers). The search result's pipeline_split is per
+    rank, [14, 10], and the exports took it: Megatron refused its own rank 1 ('give the layers of
+    all pp x vpp (10) model chunks') and the CLI export fell to rank 2. The exports now take the
+    layout's chunks: --pipeline-model-parallel-layout with 10 virtual stages."""
+    from solver.search import search_layouts
+    from tests.service.framework_options import megatron_violations
+
+    model = load_model(str(HF / "qwen1.5-moe-a2.7b" / "config.json"))
+    cluster = load_cluster("h800-2048").model_copy(update={"nodes": 4})
+    from solver.specs import PrecisionRecipe
+
+    fp32 = PrecisionRecipe(weight_bytes=4, grad_bytes=4, optimizer_moment_bytes=4, master_weights=False)
+    t = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 256, tokens=1e11, compute_precision="fp8-blockwise",
+                     precision=fp32)
+    best = search_layouts(model, cluster, t, {"top_k": 1, "time_limit_s": 5, "split_stages": True},
+                          explain=False).as_dict()["layouts"][0]
+    layout = LayoutSpec.model_validate({k: best[k] for k in LayoutSpec.model_fields if k in best}, strict=False)
+    assert (layout.pp, layout.vpp, len(best["pipeline_split"])) == (2, 5, 2)
+    assert list(layout.pipeline_layers) == [6] + [2] * 9
+    out = export_layout("megatron-core", model, t, layout, rank_placement(cluster, layout), best["pipeline_split"])
+    text = out["args"][out["args"].index("--pipeline-model-parallel-layout") + 1]
+    assert text == "Et*6|" + "|".join(["t*2"] * 8) + "|t*2L" and megatron_violations(out["args"]) == []
