@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
 from service.cli import add_format, emit, print_warnings
 from service.commands import load_capped_cluster
@@ -11,6 +12,7 @@ from service.render_md import render_plan
 from solver.errors import Problem, SpecError
 from solver.plan import build_plan
 from solver.presets import load_model, load_training, preset_names
+from solver.specs import RankOrder
 
 
 # The training recipe `plan` assumes when none is given (reference/seed-70b-plan.md).
@@ -27,6 +29,9 @@ def add_parser(subparsers) -> None:
     add_framework_flag(p)
     add_price_arguments(p)
     add_profile_flag(p)
+    p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=True,
+                   help="MoE models: search first/last pipeline splits where the layers do not divide over "
+                        "the stages (Megatron-Core; default on; --no-moe-splits: even stages only, faster)")
     add_format(p, "md", ("md", "json", "html"))
     p.set_defaults(run=run)
 
@@ -62,7 +67,16 @@ def require_training(arg: str | None):
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
-    plan = build_plan(model, cluster, training, **cost_kwargs(profile_for(args, training.framework)))
+    cost = cost_kwargs(profile_for(args, training.framework))
+    rank = None
+    if not args.moe_splits:
+        from solver.layouts import searched_layouts
+
+        def rank(m, c, t):
+            options = {"moe_splits": False} if c.topology is None else {
+                "moe_splits": False, "rank_orders": list(get_args(RankOrder))}
+            return searched_layouts(m, c, t, options, **cost)
+    plan = build_plan(model, cluster, training, rank, **cost)
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

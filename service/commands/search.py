@@ -40,6 +40,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--split-stages", action=argparse.BooleanOptionalAction, default=False,
                    help="choose layers per pipeline stage (lighter first/last stages), reported "
                         "(default off: every stage is charged as the busiest rank)")
+    p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=False,
+                   help="MoE models: first/last pipeline splits where the layers do not divide over the "
+                        "stages (Megatron-Core; default off here for latency, on in `plan`)")
     add_search_flags(p)
     add_framework_flag(p)
     add_price_arguments(p)
@@ -54,7 +57,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed, "objective": args.objective, "deadline_s": args.deadline_s,
             "allow_fewer_gpus": args.allow_fewer_gpus, "batch_tolerance": args.batch_tolerance,
             "allow_tp_outside_node": args.allow_tp_outside_node, "gpus": args.gpus,
-            "split_stages": args.split_stages, **search_flag_options(args)}
+            "split_stages": args.split_stages, "moe_splits": args.moe_splits, **search_flag_options(args)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -223,7 +223,7 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     `cost_options` and `step_band` come from a calibrated profile (solver.cost.profile).
     Raises: InfeasibleError (with the explanation) when nothing fits.
     """
-    res = search_layouts(model, cluster, training, options, cost_options=cost_options)
+    res = search_layouts(model, cluster, training, plan_options(options), cost_options=cost_options)
     res.step_band = step_band
     layouts = []
     for r in res.layouts:
@@ -237,6 +237,16 @@ def plan_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         layouts.append(d)
     summary = {"method": "CP-SAT search, exact for the cost model", **res.as_dict()["search"]}
     return summary, mark_layouts(layouts, res.step_band)  # *_low/*_high, within_band_of_best
+
+
+def plan_options(options: SearchOptions | dict | None) -> SearchOptions:
+    """A plan's search options: the caller's, with moe_splits on unless they state it (a MoE
+    model's first/last pipeline splits are searched by default in plans, where the latency of
+    a few seconds is acceptable; solver.search.moe_split). Raises: SpecError for bad options."""
+    parsed = parse_spec(SearchOptions, options or {}, "options")
+    if "moe_splits" in parsed.model_fields_set:
+        return parsed
+    return parsed.model_copy(update={"moe_splits": True})
 
 
 def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout,

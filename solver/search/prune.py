@@ -167,6 +167,12 @@ def _lower_s(lm, t, g: tuple, rows: list[tuple], accum, level: int = CHEAP,
         return _base_lower_s(lm, t, g, rows, accum, level >= EXACT_MOE)
     tp, pp, cp, dp, sp, mb, ep, etp = g
     m = accum(dp, mb)
+    if t.first_last is not None and _explicit_splits(None, t, pp, rows):  # MoE first/last splits
+        zeros = lm.zero_stages(tp, pp, cp, dp, ep, etp)
+        split = [(r, RECOMPUTE_NAMES[r[7]]) for r in rows if t.first_last(pp, r[4])]
+        flat, flat_zeros = _fitting(t, g, [r for r in rows if not t.first_last(pp, r[4])], zeros, m)
+        return moe_split.fitting_lower_s(t, g, split, zeros, m, level >= REFINED,
+                                         ([(r, RECOMPUTE_NAMES[r[7]]) for r in flat], flat_zeros))
     fit = fitted.get(g) if fitted is not None else None
     if fit is None:
         fit = _fitting(t, g, rows, lm.zero_stages(tp, pp, cp, dp, ep, etp), m)
@@ -345,6 +351,8 @@ def _group_values(lm, t, g: tuple, rows: list[tuple], accum) -> list[tuple[tuple
     def values(key: tuple) -> None:
         vpp, rcn = key[4], RECOMPUTE_NAMES[key[7]]
         for shard, dp_s in shards:
+            if not moe_split.may_fit(t, shard, vpp, rcn, m):  # a MoE split surely past the memory
+                continue
             _, pipe_s, total = t.choice(shard, vpp, rcn, m)  # the split the search assigns the pair
             if total <= t.usable:
                 out.append((key, pipe_s + dp_s))

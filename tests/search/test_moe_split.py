@@ -69,12 +69,18 @@ def _objectives(model, clu, train, options):
     return res, oracle
 
 
+@pytest.mark.parametrize("flag", ["split_stages", "plan_default"])
 @pytest.mark.parametrize("memory_gb", [80, 3.5])
-def test_cpsat_equals_oracle_with_moe_first_last_splits(memory_gb):
+def test_cpsat_equals_oracle_with_moe_first_last_splits(memory_gb, flag):
     """7 layers on 8 GPUs: every pp > 1 layout is split unevenly (pp 2, 4; pp 2 with vpp 2 as 4
-    chunks); with little memory the split layouts' busiest rank decides what fits."""
+    chunks); with little memory the split layouts' busiest rank decides what fits. Asked for
+    with split_stages, and by a plan's default options (solver.search.api.plan_options:
+    moe_splits), where the split bounds (moe_split.fitting_lower_s, may_fit) drop groups."""
+    from solver.search.api import plan_options
+
     model, clu, train = dsv3_shaped(), cluster(2, 4, memory_gb=memory_gb), training(batch_seqs=16)
-    options = SearchOptions(top_k=5, **OPT)
+    options = SearchOptions(top_k=5, **OPT) if flag == "split_stages" else plan_options({"top_k": 5, **SMALL})
+    assert flag == "split_stages" or (options.moe_splits and not options.split_stages)
     res, oracle = _objectives(model, clu, train, options)
     got = [r.objective_units for r in res.layouts]
     assert got and got == pytest.approx([e.objective_units for e in oracle][:5], rel=1e-12)
@@ -131,3 +137,18 @@ def test_group_bound_is_below_every_split_layout():
             checked += lo.pipeline_layers is not None
             assert bound <= estimate_layout(model, clu, train, lo).step_time_s * (1 + 1e-12), lo
     assert checked
+
+
+def test_plans_search_moe_splits_unless_told_and_dense_plans_are_unchanged(seed_model, seed_cluster,
+                                                                          seed_training):
+    """plan_options turns moe_splits on unless the options state it; a dense model's search is
+    the same with it (moe_split.rule is None for dense models)."""
+    from solver.search.api import plan_options
+
+    assert plan_options(None).moe_splits and plan_options({"top_k": 3}).moe_splits
+    assert not plan_options({"moe_splits": False}).moe_splits
+    assert not SearchOptions().moe_splits  # search and /v1/layouts: off (latency, README)
+    plain = search_layouts(seed_model, seed_cluster, seed_training, {"top_k": 5}, explain=False)
+    split = search_layouts(seed_model, seed_cluster, seed_training, plan_options({"top_k": 5}), explain=False)
+    assert [r.layout for r in split.layouts] == [r.layout for r in plain.layouts]
+    assert [r.objective_units for r in split.layouts] == [r.objective_units for r in plain.layouts]
