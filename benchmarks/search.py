@@ -2,7 +2,7 @@
 problems of issue 13 (Mixtral 8x22B on 512 H100, DeepSeek-V3 on 2048 H800, with EP/ETP), and
 CP-SAT against the exhaustive oracle. Prints JSON (medians of repeats, cold first call too).
 
-Run: `python -m benchmarks.search [--repeats N] [--skip-large] [--moe-only]`. Not part of the
+Run: `python -m benchmarks.search [--repeats N] [--skip-large] [--moe-only [--moe-splits]]`. Not part of the
 test gate.
 """
 from __future__ import annotations
@@ -61,15 +61,16 @@ MOE_PROBLEMS = {
 }
 
 
-def moe_case(name: str, repeats: int) -> dict:
-    """One MoE problem's top-10 timing and best layout (EP/ETP included), or why it is refused."""
+def moe_case(name: str, repeats: int, **options) -> dict:
+    """One MoE problem's top-10 timing and best layout (EP/ETP included), or why it is refused;
+    options: search options (e.g. moe_splits, the plan default: solver.search.moe_split)."""
     path, preset, nodes, training = MOE_PROBLEMS[name]
     model, cluster = load_model(path), load_cluster(preset).model_copy(update={"nodes": nodes})
     try:
-        out = case(model, cluster, training, repeats)
+        out = case(model, cluster, training, repeats, **options)
     except PlannerError as exc:
         return {"refused": str(exc)}
-    res = search_layouts(model, cluster, training, {"top_k": 10})
+    res = search_layouts(model, cluster, training, {"top_k": 10, **options})
     out["top10"] = [{**{k: r.layout.model_dump()[k] for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "etp")},
                      "step_time_s": r.estimate.step_time_s} for r in res.layouts]
     return out
@@ -90,9 +91,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-large", action="store_true", help="only the seed cases")
     ap.add_argument("--moe-only", action="store_true", help="only the MoE problems")
+    ap.add_argument("--moe-splits", action="store_true",
+                    help="the MoE problems with first/last pipeline splits (options.moe_splits, on in plans)")
     args = ap.parse_args()
     if args.moe_only:
-        print(json.dumps({n: moe_case(n, args.repeats) for n in MOE_PROBLEMS}, indent=2, default=str))
+        splits = {"moe_splits": True} if args.moe_splits else {}
+        print(json.dumps({n: moe_case(n, args.repeats, **splits) for n in MOE_PROBLEMS}, indent=2, default=str))
         return
     model, cluster, training = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
     out = {"seed_top10": case(model, cluster, training, args.repeats)}

@@ -87,11 +87,12 @@ def allowed(options) -> bool:
 
 
 def rule(model: ModelSpec, training: TrainingSpec, allow_uneven: bool) -> Callable[[int, int], bool] | None:
-    """applies() for one problem as a function of (pp, vpp); None where it never applies (a dense
-    model, splits not asked for, another framework), so the default search skips every check."""
+    """applies() for one problem as a function of (pp, vpp), memoized (the search asks it for every
+    row); None where it never applies (a dense model, splits not asked for, another framework),
+    so the default search skips every check."""
     if model.moe is None or not allow_uneven or training.framework not in FIRST_LAST_FRAMEWORKS:
         return None
-    return lambda pp, vpp: applies(model, training, allow_uneven, pp, vpp)
+    return lru_cache(maxsize=None)(lambda pp, vpp: applies(model, training, allow_uneven, pp, vpp))
 
 
 def candidates(layers: int, chunks: int):

@@ -152,3 +152,17 @@ def test_plans_search_moe_splits_unless_told_and_dense_plans_are_unchanged(seed_
     split = search_layouts(seed_model, seed_cluster, seed_training, plan_options({"top_k": 5}), explain=False)
     assert [r.layout for r in split.layouts] == [r.layout for r in plain.layouts]
     assert [r.objective_units for r in split.layouts] == [r.objective_units for r in plain.layouts]
+
+
+def test_cli_moe_splits_flags():
+    """`search --moe-splits` asks for the splits (off without it); `plan --no-moe-splits` parses and
+    is on by default (the plan's search then goes through plan_options)."""
+    from service.cli import build_parser
+    from service.commands.search import options_from_args
+
+    base = ["--model", "deepseek-v3", "--cluster", "h800-2048", "--training", "deepseek-v3-14.8t"]
+    parser = build_parser()
+    assert options_from_args(parser.parse_args(["search", *base, "--moe-splits"]))["moe_splits"] is True
+    assert options_from_args(parser.parse_args(["search", *base]))["moe_splits"] is False
+    assert parser.parse_args(["plan", *base]).moe_splits is True
+    assert parser.parse_args(["plan", *base, "--no-moe-splits"]).moe_splits is False
