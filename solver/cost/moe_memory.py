@@ -82,12 +82,20 @@ def moe_model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zer
     edp = expert_dp_ranks(tp=tp, cp=cp, dp=dp, ep=ep, etp=e_tp)
     d = framework_state_bytes(ctx.training, dense / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
     x = framework_state_bytes(ctx.training, routed / (ep * e_tp * pp), pp=pp, dp=edp, cp=1, zero=zero)
-    # gathered (ZeRO-3 / FSDP) blocks are MoE blocks: the difference to the dense-layer unit
-    # memory.comm_buffer_bytes charges (solver.cost.state.moe_gathered_delta_bytes)
-    per_layer = routed // (ctx.params.moe_layers + ctx.model.mtp_layers)
-    gathered = moe_gathered_delta_bytes(ctx.training, ctx.params, per_layer, tp=tp, pp=pp, zero=zero, ep=ep, etp=e_tp)
+    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=e_tp)
     return StateBytes(d.weights + x.weights + fp8_copy_bytes(ctx, tp=tp, pp=pp, ep=ep, etp=e_tp) + gathered,
                       d.gradients + x.gradients, d.optimizer + x.optimizer)
+
+
+def moe_gathered_bytes(ctx: CostContext, *, tp: int, pp: int, zero: ZeroStage, ep: int, etp: int) -> float:
+    """Bytes per GPU that gathered (ZeRO-3 / FSDP) units add because they are MoE blocks, not
+    the dense-layer unit memory.comm_buffer_bytes charges (solver.cost.state.
+    moe_gathered_delta_bytes; may be negative, never below minus comm_buffer_bytes' gathered
+    part). Charged once per GPU, on every pipeline rank: moe_model_state here, and
+    solver.cost.moe_stages for explicit splits."""
+    _dense, routed = dense_and_expert_params(ctx)
+    per_layer = routed // (ctx.params.moe_layers + ctx.model.mtp_layers)
+    return moe_gathered_delta_bytes(ctx.training, ctx.params, per_layer, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp)
 
 
 def fp8_copy_bytes(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int) -> float:

@@ -35,7 +35,9 @@ from solver.cost.accounting import ffn_params
 from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_comm import expert_dp_ranks
 from solver.cost.moe_layer import moe_layer_mask, moe_layers_per_rank
-from solver.cost.moe_memory import dispatch_working_set_bytes, moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_memory import (
+    dispatch_working_set_bytes, moe_full_layer_bytes, moe_gathered_bytes, moe_layer_activation_extra_bytes,
+)
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
 
@@ -157,6 +159,7 @@ def moe_stage_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int, *, lo
     w = ctx.fp8_work
     ns, ks = rank_layers(split, lo.pp), moe_layers_per_rank(moe_layer_mask(ctx.model), split, lo.pp)
     acts = rank_activation_bytes(ctx, lo, grad_accum, ns, ks)
+    gathered = moe_gathered_bytes(ctx, tp=lo.tp, pp=lo.pp, zero=lo.zero_stage, ep=lo.ep, etp=lo.expert_tp)
     out = []
     for r, ((dense, routed), n, k) in enumerate(zip(rank_parameters(ctx, lo.pp, split), ns, ks, strict=True)):
         last = r == lo.pp - 1
@@ -167,7 +170,7 @@ def moe_stage_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int, *, lo
         if w is not None and not w.weight_cast_per_use:  # moe_memory.fp8_copy_bytes, this rank's
             copies = 2.0 * FP8_BYTES * rank_linear_weights(ctx, tp=lo.tp, ep=lo.ep, etp=lo.expert_tp, n=n, k=k,
                                                            last=last)
-        out.append(MemoryTerms(d.weights + x.weights + copies, d.gradients + x.gradients,
+        out.append(MemoryTerms(d.weights + x.weights + copies + gathered, d.gradients + x.gradients,
                                d.optimizer + x.optimizer, acts[r], logits if last else 0.0, comm_buffers,
                                ctx.options.framework_overhead_bytes))
     return out
@@ -210,10 +213,10 @@ def state_bytes_per_param(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: in
     return whole(dp * cp) / tp, whole(edp) / (ep * etp)
 
 
-def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, state: tuple[float, float],
-                      acts: tuple, logits: float, comm_buffers: float) -> RankLines:
+def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, zero: int,
+                      state: tuple[float, float], acts: tuple, logits: float, comm_buffers: float) -> RankLines:
     """RankLines of a MoE layout with these degrees. state: its state_bytes_per_param; acts: its
-    activation_parts."""
+    activation_parts; zero: its ZeRO stage (the gathered MoE blocks, moe_memory.moe_gathered_bytes)."""
     m, pc, e = ctx.model, ctx.params, ctx.model.moe
     assert e is not None  # callers pass MoE models only
     routed = e.experts * ffn_params(m, e.expert_ffn_hidden)
@@ -221,7 +224,8 @@ def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, 
     sd, sx = state
     copy, (both, ffn, block) = fp8_copy_parts(ctx, tp=tp, ep=ep, etp=etp)
     per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight = acts
-    fixed_other = ctx.options.framework_overhead_bytes + comm_buffers + full
+    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp)  # type: ignore[arg-type]
+    fixed_other = ctx.options.framework_overhead_bytes + comm_buffers + gathered + full
     base, a, c = [], [], []
     once_moe = (moe_full + dispatch,) * pp
     once_dense = tuple(dispatch if r == pp - 1 and m.mtp_layers else 0.0 for r in range(pp))
@@ -261,7 +265,9 @@ def mean_floor_parts(ctx: CostContext, *, pp: int, n_moe: int) -> tuple:
     since a rank's layers cost (n - k) per_layer + k (per_layer + per_moe), both >= 0 (the
     once-per-rank terms >= 0 left out); the least coefficients are those of the rank with the fewest micro-batches in
     flight. The state summed over the ranks is the whole model's (linear in parameters). The
-    communication buffers and the last rank's logits (>= 0) are left out.
+    communication buffers with the gathered MoE blocks' difference (comm_buffer_bytes charges
+    the gathered dense-layer units that moe_gathered_bytes may take back, so their sum is >= 0)
+    and the last rank's logits (>= 0) are left out.
     Returns (pp, parameters outside the routed experts, routed-expert parameters, L, N, MTP
     modules, FP8 copy elements' three counts), all summed over the ranks."""
     m, pc, e = ctx.model, ctx.params, ctx.model.moe
