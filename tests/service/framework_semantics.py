@@ -25,9 +25,9 @@ import shlex
 from typing import Any
 
 from tests.service.framework_options import (
-    deepspeed_config_problems, deepspeed_moe_problems, megatron_defaults, megatron_violations, parse_megatron,
-    parse_deepspeed_launcher, torchtitan_module_problems, torchtitan_violations,
+    megatron_defaults, megatron_violations, parse_megatron, torchtitan_module_problems, torchtitan_violations,
 )
+from tests.service.deepspeed_options import deepspeed_config_problems, deepspeed_moe_problems, parse_deepspeed_launcher
 
 # TE quantization.py L149-185 (d0067d0): minimum compute capability of each FP8 recipe
 FP8_MIN_CC = {"fp8-delayed": 8.9, "fp8-current": 8.9, "fp8-rowwise": 8.9, "fp8-blockwise": 9.0, "mxfp8": 10.0}

@@ -12,7 +12,7 @@ from benchmarks.audit_rank1 import FRAMEWORKS, audit, problems
 from service.launchers import export_layout, rank_placement
 from solver.presets import load_model
 from solver.specs import LayoutSpec, TrainingSpec
-from tests.service.framework_options import deepspeed_config_problems
+from tests.service.deepspeed_options import deepspeed_config_problems
 from tests.service.framework_semantics import _deepspeed_pipeline
 from topology.catalog import load_cluster
 

@@ -14,10 +14,8 @@ from solver.errors import SpecError
 from solver.hf_config import model_from_hf_config
 from solver.presets import load_model
 from solver.specs import LayoutSpec
-from tests.service.framework_options import (
-    OptionError, deepspeed_config_problems, fixture, parse_deepspeed_launcher,
-    torchtitan_module_problems, torchtitan_violations,
-)
+from tests.service.framework_options import OptionError, fixture, torchtitan_module_problems, torchtitan_violations
+from tests.service.deepspeed_options import deepspeed_config_problems, parse_deepspeed_launcher
 
 LAYOUTS = [LayoutSpec(tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, zero_stage=z, micro_batch=mb,
                       sequence_parallel=sp and tp > 1, recompute=rc)

@@ -16,9 +16,9 @@ from solver.presets import load_model
 from solver.search import search_layouts
 from solver.specs import LayoutSpec, TrainingSpec
 from tests.service.framework_options import (
-    deepspeed_config_problems, deepspeed_moe_problems, megatron_violations, parse_megatron,
-    torchtitan_module_problems, torchtitan_violations,
+    megatron_violations, parse_megatron, torchtitan_module_problems, torchtitan_violations,
 )
+from tests.service.deepspeed_options import deepspeed_config_problems, deepspeed_moe_problems
 from topology.catalog import load_cluster
 
 HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
