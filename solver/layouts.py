@@ -36,13 +36,20 @@ def searched_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     Raises: InfeasibleError (with the solver's explanation and smallest fix).
     """
     from solver.search.api import plan_layouts
+
+    if options is None:
+        options = default_plan_options(cluster)
+    return plan_layouts(model, cluster, training, options, cost_options, step_band)
+
+
+def default_plan_options(cluster: ClusterSpec, **stated: Any) -> dict[str, Any]:
+    """The search options of a plan whose caller gives none, plus `stated`: on an explicit
+    fabric (fat tree, NVLink domains) placement changes group bandwidths, so both Megatron
+    rank orders are searched, each exactly."""
     from solver.specs import RankOrder
 
-    if options is None and cluster.topology is not None:
-        # On an explicit fabric (fat tree, NVLink domains) placement changes group
-        # bandwidths: search both Megatron rank orders, each exactly.
-        options = {"rank_orders": list(get_args(RankOrder))}
-    return plan_layouts(model, cluster, training, options, cost_options, step_band)
+    orders = {"rank_orders": list(get_args(RankOrder))} if cluster.topology is not None else {}
+    return {**orders, **stated}
 
 
 def slower_because(slow: dict[str, float], fast: dict[str, float]) -> list[dict[str, float]]:

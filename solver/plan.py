@@ -254,13 +254,14 @@ def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
 
 def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                rank_layouts: RankLayouts | None = None, cost_options: Any = None,
-               step_band: Any = None) -> dict[str, Any]:
+               step_band: Any = None, search_options: Any = None) -> dict[str, Any]:
     """The plan JSON contract: the seed's eight estimates, ranked layouts, checks and stages.
 
     `rank_layouts(model, cluster, training) -> (summary, layouts best first)` produces the
     layout ranking; it defaults to the CP-SAT search over the cost model
-    (solver.layouts.searched_layouts). The seed's ladder (`ladder_layouts`) is always walked
-    too, and its choice is predicted and ranked against the best layout (`ladder_choice`).
+    (solver.layouts.searched_layouts, with `search_options` when given). The seed's ladder
+    (`ladder_layouts`) is always walked too, and its choice is predicted and ranked against
+    the best layout (`ladder_choice`).
     Batch, communication check and validation stages follow the best layout.
 
     Keys pinned by the contract: parameters.total, memory.model_state_bytes,
@@ -283,7 +284,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     flops = training_flops(model, training, params.active)
     time = run_time(flops.total, cluster.available_gpus, cluster.gpu.peak_flops, training)
     search, layouts = (rank_layouts or (lambda m, c, t: searched_layouts(
-        m, c, t, cost_options=cost_options, step_band=step_band)))(model, cluster, training)
+        m, c, t, search_options, cost_options=cost_options, step_band=step_band)))(model, cluster, training)
     ladder, rungs = ladder_or_none(model, cluster, training)
     best = LayoutSpec(**layout_fields(layouts[0]))
     batch = batch_plan(training, best.dp, best.micro_batch)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import get_args
 
 from service.cli import add_format, emit, print_warnings
 from service.commands import load_capped_cluster
@@ -10,9 +9,9 @@ from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
 from service.render_md import render_plan
 from solver.errors import Problem, SpecError
+from solver.layouts import default_plan_options
 from solver.plan import build_plan
 from solver.presets import load_model, load_training, preset_names
-from solver.specs import RankOrder
 
 
 # The training recipe `plan` assumes when none is given (reference/seed-70b-plan.md).
@@ -67,16 +66,9 @@ def require_training(arg: str | None):
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
-    cost = cost_kwargs(profile_for(args, training.framework))
-    rank = None
-    if not args.moe_splits:
-        from solver.layouts import searched_layouts
-
-        def rank(m, c, t):
-            options = {"moe_splits": False} if c.topology is None else {
-                "moe_splits": False, "rank_orders": list(get_args(RankOrder))}
-            return searched_layouts(m, c, t, options, **cost)
-    plan = build_plan(model, cluster, training, rank, **cost)
+    options = None if args.moe_splits else default_plan_options(cluster, moe_splits=False)
+    plan = build_plan(model, cluster, training, search_options=options,
+                      **cost_kwargs(profile_for(args, training.framework)))
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

@@ -64,12 +64,10 @@ def run_plan(model, cluster, training, options, profile: Any = None) -> dict[str
 
     Raises: InfeasibleError, SpecError, SolverTimeoutError.
     """
-    from solver.layouts import searched_layouts
     from solver.plan import build_plan
 
     cost = {} if profile is None else {"cost_options": profile.options, "step_band": profile.step_band}
-    return build_plan(model, cluster, training,
-                      rank_layouts=lambda m, c, t: searched_layouts(m, c, t, options, **cost), **cost)
+    return build_plan(model, cluster, training, search_options=options, **cost)
 
 
 def run_estimate(model, cluster, training, layout, profile: Any = None) -> dict[str, Any]:
