@@ -85,7 +85,9 @@ def zero3_limits(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> dict[str,
     prefetches up to stage3_prefetch_bucket_size (5e7) while under stage3_max_live_parameters
     (1e9) (deepspeed/runtime/zero/partitioned_param_coordinator.py L450-460, L640-665;
     zero/config.py L215-244, edaa7221): for a 8B-class model several layers beyond the two
-    charged. Limits of one layer (reuse, prefetch) and two layers (live) keep it at the two.
+    charged. Limits of one layer (reuse, prefetch) and two layers (live) keep it at the two,
+    plus the one parameter a prefetch may add whole past the limit (the LM head, V x h,
+    L452-476), which the profile charges too (recipe whole_parameter_prefetch).
     Empty below ZeRO-3."""
     from solver.cost.accounting import parameter_counts
 

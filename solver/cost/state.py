@@ -81,7 +81,9 @@ def gathered_weight_bytes(training: TrainingSpec, params: ParameterCounts, *, tp
       default policy);
     - all_gather_pool: all-gather outputs cached on the all-gather stream, which only that
       stream reuses (PyTorch's caching allocator): the largest two consecutive units, the
-      embedding or the LM-head unit plus one layer.
+      embedding or the LM-head unit plus one layer;
+    - whole_parameter_prefetch: the largest single parameter on top of the gathered layers
+      and the norms kept gathered (DeepSpeed ZeRO-3, whole_parameter_bytes).
     Everything is split over TP (the FSDP units hold the rank's TP shard)."""
     r = state_recipe(training, zero, pp)
     embedding = params.embedding + params.position_embedding
@@ -91,7 +93,28 @@ def gathered_weight_bytes(training: TrainingSpec, params: ParameterCounts, *, tp
     units = r.gathered_layers * layer + (head if r.head_unit_unsharded else 0.0)
     if r.all_gather_pool:
         units += max(head, embedding) + layer
+    if r.whole_parameter_prefetch:
+        units += largest_parameter(params) + persistent_parameters(params)
     return units / tp * BF16_BYTES
+
+
+def largest_parameter(params: ParameterCounts) -> int:
+    """Elements of the model's largest single parameter tensor: the embedding or LM head
+    (V x h) or the learned position table; a layer's largest matrix is bounded by half its
+    attention or FFN parameters (q or o of GQA/MHA, gate, up or down), never the largest
+    in the models trainplan reads (V >= F)."""
+    return max(params.embedding, params.lm_head, params.position_embedding,
+               params.attention_per_layer // 2, params.ffn_per_layer // 2)
+
+
+def persistent_parameters(params: ParameterCounts) -> int:
+    """Elements of the norm weights (h or 2h per norm, under DeepSpeed's 1e5-element
+    stage3_param_persistence_threshold for any h <= 1e5), which ZeRO-3 never partitions
+    (deepspeedai/DeepSpeed edaa7221 deepspeed/runtime/zero/parameter_offload.py L311-329,
+    mark_persistent_parameters; threshold default zero/config.py L221). Biases (also under
+    the threshold) are not split out of the counts and are left out (h-sized, < 0.1 MB a
+    layer)."""
+    return params.layers * params.norms_per_layer + params.final_norm
 
 
 def moe_gathered_delta_bytes(training: TrainingSpec, params: ParameterCounts, routed_per_layer: int, *, tp: int,

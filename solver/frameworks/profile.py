@@ -149,6 +149,11 @@ class StateRecipe(StrictModel):
         default=False, description="All-gather outputs are allocated on a side stream whose cached blocks only "
                                    "that stream reuses: the largest two consecutive units (embedding or LM head, "
                                    "plus one layer; BF16) stay reserved beside the compute stream's peak.")
+    whole_parameter_prefetch: bool = Field(
+        default=False, description="ZeRO-3 prefetch adds whole parameters while under its element limit, so the "
+                                   "largest single parameter (LM head or embedding, V x h) can come on top of the "
+                                   "gathered layers, and parameters under the persistence threshold (norms) stay "
+                                   "gathered (DeepSpeed's parameter coordinator; BF16).")
     sources: tuple[Source, ...] = Field(min_length=1, strict=False)
 
     @property
