@@ -25,6 +25,15 @@ Activations of one MoE layer beyond a dense layer's (Korthikanti et al. 2022 acc
 The MLP input (the norm output) is common to both and already counted. R uses the busiest
 rank's rows (the load-imbalance factor, solver.cost.moe_layer.load_imbalance). Full
 recompute keeps only each layer's input (the same for both kinds).
+Where the framework's profile states memory.moe_combine_saved_bytes (torchtitan: pytorch/torchtitan
+b5bcd76c torchtitan/models/common/token_dispatcher.py L616-619, L158-161 at EP 1, L720-723 for FP8
+grouped experts at EP 1), without recompute also
+  + the combine's saved copy of the combined expert outputs: bytes x t k etp x D
+(torchtitan multiplies the scores onto them in FP32 and autograd keeps that FP32 operand for the
+scores' gradient; t k etp rows: the rank's own t k with EP, the whole replicated micro-batch
+sequence with EP off, where etp = tp). Not charged under "selective" (torchtitan's SelectiveAC
+recomputes the cast and the multiply) and under "full" only in the one layer being recomputed
+(moe_full_layer_bytes); the profile cites both.
 
 The token dispatcher's working set (dispatch_working_set_bytes): buffers alive while one MoE
 layer runs that are not kept for backward, charged once per rank that holds a MoE layer (one
@@ -122,6 +131,8 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     rows = sh.busy_rows * sh.local_experts
     moe = (2 * ML.ROUTER_LOGIT_BYTES * sh.tokens * e.experts + ACT_BYTES * rows * m.hidden
            + ACT_BYTES * rows * sh.width * g1 + 4 * rows + ACT_BYTES * s_b * sh.shared_width * g1)
+    if recompute == "none":
+        moe += combine_saved_bytes(ctx, sh.tokens * e.experts_per_token * etp)
     dense = ACT_BYTES * s_b * (m.ffn_hidden / tp) * g1
     w = ctx.fp8_work
     if w is not None and w.saved_inputs_fp8:  # FP8 saved inputs (solver.cost.moe_fp8)
@@ -132,6 +143,14 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
                                  shard_tokens=sh.tokens, shared=bool(sh.shared_width))
         moe += mlp_dropped_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)  # mlp spares MoE layers
     return moe - dense
+
+
+def combine_saved_bytes(ctx: CostContext, rows: float) -> float:
+    """Bytes the framework's token combine keeps for backward beyond Megatron-Core's charge, for
+    `rows` combined rows (t k etp) of hidden values: the profile's memory.moe_combine_saved_bytes
+    per value (torchtitan's FP32 copy, 4; module docstring), 0 where it states none."""
+    cited = ctx.framework.memory.moe_combine_saved_bytes
+    return 0.0 if cited is None else cited.value * rows * ctx.model.hidden
 
 
 def moe_full_layer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> float:

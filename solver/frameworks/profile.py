@@ -66,6 +66,10 @@ class CitedLogitBytes(_Cited):
     value: float = Field(gt=0, le=64)
 
 
+class CitedValueBytes(_Cited):
+    value: float = Field(gt=0, le=16)  # bytes per stored value
+
+
 # What "selective" recompute keeps: Megatron's recomputes only the core attention (all else
 # stored); torchtitan's op-level policy stores matmul/attention outputs but every second mm.
 SelectivePolicy = Literal["attention_core", "every_other_matmul"]
@@ -191,6 +195,11 @@ class MemorySemantics(StrictModel):
     # the modules "selective" recomputes in a mixture-of-experts model (the export writes them;
     # solver.cost.recompute drops the ones the model or recipe cannot take); None: as dense
     moe_selective_modules: CitedRecomputeModules | None = None
+    # bytes per value of the combined expert outputs (t k rows of hidden on a rank) that a MoE
+    # layer's token combine keeps for backward beyond what solver.cost.moe_memory charges after
+    # Megatron-Core, without recompute (torchtitan: an FP32 copy for the routing scores'
+    # gradient); None: nothing beyond
+    moe_combine_saved_bytes: CitedValueBytes | None = None
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 
