@@ -82,6 +82,44 @@ def test_all_bf16_runs_meet_the_median_target(report):
     assert report["bf16"]["median_abs_error"] <= TARGET["median_abs_error"]
 
 
+def nemo_segment(nodes: int, gpus_per_node: int) -> int | None:
+    """NeMo's performance slurm_executor (scripts/performance/utils.py, NVIDIA/NeMo 7a8f1cc7 and
+    v2.3.1 abddc854): a 4-GPU-node (GB200) job beyond one 18-tray rack gets sbatch --segment = the
+    largest divisor of the node count up to 18; None otherwise (no segment)."""
+    if gpus_per_node != 4 or nodes <= 18:
+        return None
+    return next(s for s in range(18, 0, -1) if nodes % s == 0)
+
+
+def test_rows_placed_by_nemo_segments_state_those_segments_as_nvlink_domains():
+    # By hand: 32, 64 and 128 trays -> 16 (18 and 17 do not divide them); 36 -> 18, 20 -> 10.
+    assert [nemo_segment(n, 4) for n in (32, 64, 128, 36, 20, 18)] == [16, 16, 16, 18, 10, None]
+    placed = [r for r in rows() if any("--segment" in a for a in r["assumed"])]
+    assert len(placed) == 3  # the DGXC NeMo 25.04 GB200 DeepSeek-V3 rows
+    for r in placed:
+        c = r["cluster"]
+        assert c["topology"] == {"kind": "nvlink_domain",
+                                 "nodes_per_domain": nemo_segment(c["nodes"], c["gpus_per_node"])}, r["id"]
+
+
+def test_rows_on_te_bee4649c_run_mla_unfused_on_blackwell_only():
+    # Transformer Engine bee4649c (NeMo 25.04's manifest): FlashAttention is dropped when
+    # head_dim_qk != head_dim_v (dot_product_attention/utils.py), and fused_attn.cpp has no BF16
+    # backend on sm_arch >= 100 with a head dim > 128. DeepSeek-V3's MLA: d_qk = 128 + 64 = 192,
+    # d_v = 128, so on GB200 (sm100) only UnfusedDotProductAttention is left; on H100 (sm90)
+    # cuDNN takes head dims up to 256, and the same stack's H100 rows stay fused.
+    cited = [r for r in rows() if any("bee4649c" in a for a in r["assumed"])]
+    assert len(cited) == 3
+    for r in cited:
+        mla = r["model"]["mla"]
+        d_qk = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        assert d_qk > 128 and d_qk != mla["v_head_dim"], r["id"]
+        assert r["cluster"]["gpu"]["name"].startswith("gb200"), r["id"]
+        assert r["training"]["attention_kernel"] == "unfused", r["id"]
+    same_stack_h100 = [r for r in rows() if r["id"].startswith("dgxc_dsv3_h100")]
+    assert same_stack_h100 and all(r["training"]["attention_kernel"] == "flash" for r in same_stack_h100)
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "over ALL rows max |error| misses the 20% target: the three low-confidence DGXC NeMo 25.04 "
     "GB200 DeepSeek-V3 rows are predicted 18.8-19.6 s against 34 s (-45% / -43% / -43%) while "
