@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from solver.cost import memory as M
 from solver.cost import terms as T
+from solver.cost.context_caches import clear_context_caches
 from solver.cost.estimate import make_context
 from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_comm_s, moe_layer_compute, overlap_applies
 from solver.cost.moe_layer import moe_layer_mask
@@ -51,6 +52,8 @@ from solver.search.scaling import time_int
 from solver.specs import LayoutSpec, Recompute
 
 STEP_ERROR_UNITS = 0.5 + 0.5  # two rounded tables
+# The _Terms memos TermRows' fits and memory closures read (row, shard and pair values).
+TABLE_MEMOS = frozenset({"row", "rest", "choice", "pair_memory", "variant_memory"})
 
 
 def expert_kw(ep: int, etp: int) -> dict[str, int]:
@@ -257,6 +260,13 @@ class _Terms:
     def _state(self, tp, pp, dp, cp, zero, ep=1, etp=DENSE_ETP):
         return M.model_state(self.ctx, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero, **expert_kw(ep, etp))
 
+    def release_terms(self) -> None:
+        """Empty every memo but those the tables' closures read (TABLE_MEMOS): the term memos
+        the pruning filled for every group it visited (a term asked again is computed again)."""
+        for name, memo in vars(self).items():
+            if name not in TABLE_MEMOS and callable(getattr(memo, "cache_clear", None)):
+                memo.cache_clear()
+
     def memory_rest(self, tp, pp, cp, dp, sp, zero, mb, ep=1, etp=DENSE_ETP) -> tuple[float, ...]:
         """(weights, gradients, optimizer, logits, comm buffers, overhead) bytes per GPU."""
         st = self.state(tp, pp, dp, cp, zero, ep, etp)
@@ -290,15 +300,28 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     (solver.search.prune.keys_within; exact for counting those layouts).
     deadline (time.perf_counter() seconds): building the rows, and their fit tests, raise
     SolverTimeoutError once it has passed (solver.search.explain bounds each fix this way).
+    Then (or on an error) the term memos are emptied with the collector still paused, so
+    reference counting frees them (solver.cost.context_caches, _Terms.release_terms).
     """
+    ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
+                          lm.options.rank_orders[0])
+    t = _Terms(ctx, moe_split.dense_uneven(lm), with_time, moe_split.rule_for(lm))  # MoE splits: first_last
+    try:
+        return _term_rows(lm, t, with_time, prune, deadline, within_s)
+    finally:
+        t.release_terms()
+        clear_context_caches()
+
+
+def _term_rows(lm: LayoutModel, t: _Terms, with_time: bool, prune: bool, deadline: float | None,
+               within_s: float | None) -> TermRows:
+    """term_rows on the memoized terms `t` of its problem."""
+    ctx = t.ctx
     def in_time() -> bool:
         if deadline is not None and time.perf_counter() > deadline:
             raise SolverTimeoutError("cost tables not built by the deadline")
         return True
 
-    ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
-                          lm.options.rank_orders[0])
-    t = _Terms(ctx, moe_split.dense_uneven(lm), with_time, moe_split.rule_for(lm))  # MoE splits: first_last
     accum: dict[tuple[int, int], int] = {}  # (dp, micro_batch) -> accumulation (batch_plan)
 
     def accum_of(dp: int, mb: int) -> int:
