@@ -9,6 +9,7 @@ every mismatch.
 
     .venv/bin/python -m benchmarks.audit_rank1            # the full grid (minutes)
     .venv/bin/python -m benchmarks.audit_rank1 --quick    # the grid the property test runs
+    .venv/bin/python -m benchmarks.audit_rank1 --plan     # rank 1 of the plan (benchmarks/audit_plan.py)
 """
 from __future__ import annotations
 
@@ -136,6 +137,29 @@ def problems(quick: bool = False) -> list[Problem]:
     return _dense(quick) + _moe(quick)
 
 
+def plan_problems(quick: bool = False) -> list[Problem]:
+    """The plan sweep: problems where a plan's defaults differ from a search's (explicit fabrics,
+    where both rank orders are searched; MoE models whose layers do not divide over the stages,
+    given first/last splits: DeepSeek-V2-Lite's 27 layers, Qwen1.5-MoE's 24, Mixtral's 32 over
+    7 chunks, DeepSeek-V3's 61), then the search grid. `quick`: the slice the test runs."""
+    fp32 = (4, 4, 4, False)
+    rows = [Problem("hf:deepseek-v2-lite", "h800-2048", 2, 8192, 128, precision=fp32),
+            Problem("llama3-70b", "dgx-a100-superpod-rail-optimized", 20, 4096, 512)]
+    if quick:
+        return rows
+    rows += [Problem("hf:deepseek-v2-lite", "dgx-a100-superpod", 2, 4096, 256, precision=fp32),
+             Problem("hf:qwen1.5-moe-a2.7b", "h800-2048", 4, 8192, 256, fp8=True, fp8_recipe="fp8-blockwise",
+                     precision=fp32),
+             Problem("hf:mixtral-8x7b", "dgx-h100-superpod-rail-optimized", 32, 4096, 512),
+             Problem("hf:qwen3-30b-a3b", "dgx-h100-superpod-rail-optimized", 32, 4096, 512),
+             Problem("gpt3-175b", "dgx-h100-superpod-rail-optimized", 32, 2048, 1536),
+             Problem("hf:deepseek-v2-lite", "dgx-h100-superpod-rail-optimized", 32, 8192, 256),
+             Problem("hf:mixtral-8x22b", "gb200-nvl72-superpod", 72, 4096, 512, fp8=True),
+             Problem("hf:deepseek-v3", "h800-2048", 256, 4096, 15360, fp8=True, precision=(2, 4, 2, True)),
+             Problem("hf:deepseek-v3", "dgx-h100-superpod", 128, 4096, 1024)]
+    return rows + problems(False)
+
+
 # (model, nodes of 8 GPUs it is sampled on) for random problems: sizes where it can fit
 _RANDOM_MODELS = {"llama3-8b": (1, 64), "llama3-70b": (8, 256), "llama3-405b": (64, 512), "seed-70b": (8, 256),
                   "gpt3-175b": (32, 256), "hf:mistral-7b": (1, 64), "hf:qwen2-7b": (1, 64), "hf:gemma-2b": (1, 16),
@@ -237,14 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--match", default="", help="only problems whose label contains this text")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="N random problems instead of the grid")
     ap.add_argument("--seed", type=int, default=0, help="seed of --random")
+    ap.add_argument("--plan", choices=("cli", "http"), default=None,
+                    help="audit rank 1 of the plan (`trainplan plan` / POST /v1/plans search options, "
+                         "MoE splits on) instead of the search's (benchmarks/audit_plan.py)")
     args = ap.parse_args(argv)
+    run = audit
+    if args.plan is not None:
+        from benchmarks.audit_plan import plan_audit
+
+        run = lambda p, fw: plan_audit(p, fw, args.plan)  # noqa: E731
     start, rows = time.perf_counter(), []
-    for p in random_problems(args.random, args.seed) if args.random else problems(args.quick):
+    grid = plan_problems(args.quick) if args.plan else problems(args.quick)
+    for p in random_problems(args.random, args.seed) if args.random else grid:
         if args.match not in p.label:
             continue
         for fw in args.frameworks:
             t0 = time.perf_counter()
-            row = audit(p, fw)
+            row = run(p, fw)
             row["seconds"] = round(time.perf_counter() - t0, 2)
             rows.append(row)
             print(f"{row['outcome']:>24} {len(row['mismatches'])} {fw:>13} {p.label} ({row['seconds']} s)",

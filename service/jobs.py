@@ -32,14 +32,15 @@ def stage(name: str) -> None:
     _report(name)
 
 
-def _inputs(body: dict[str, Any], settings) -> tuple:
-    """(model, cluster, training, options, limits, the search domains admission computed)."""
+def _inputs(body: dict[str, Any], settings, plan: bool = False) -> tuple:
+    """(model, cluster, training, options, limits, the search domains admission computed);
+    `plan`: a plan's search options (service.routers.solving.plan_search_options)."""
     from service.admission import admit_search
     from service.routers.common import search_inputs
 
     stage("parse")
     fields = SimpleNamespace(**{"options": None, **body})
-    model, cluster, training, options, limits = search_inputs(fields, settings)
+    model, cluster, training, options, limits = search_inputs(fields, settings, plan)
     stage("admit")
     work, domains = admit_search(model, cluster, training, options, settings)
     stage("search")
@@ -100,7 +101,7 @@ def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers.errors import jsonable
 
     body, profile = _profile(body)
-    model, cluster, training, options, limits, _domains = _inputs(body, settings)
+    model, cluster, training, options, limits, _domains = _inputs(body, settings, plan=True)
     plan = jsonable(solving.run_plan(model, cluster, training, options, _checked(profile, training)))
     stage("report")
     report = jsonable(solving.report_data(plan, model, cluster))

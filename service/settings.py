@@ -65,7 +65,9 @@ class Settings(BaseModel):
                                         "from the connection's first byte or its previous "
                                         "response (408 and close after it; slowloris).")
     default_time_limit_s: float = Field(
-        default=2.0, gt=0, description="Solver time limit when a request does not set one.")
+        default=2.0, gt=0, description="Solver time limit when a /v1/layouts request does not set one (a "
+                                        "plan takes `trainplan plan`'s, SearchOptions' default, so both routes "
+                                        "rank alike; both capped at max_time_limit_s).")
     max_time_limit_s: float = Field(
         default=20.0, gt=0, description="Server cap on a request's solver time limit.")
     max_concurrent_solves: int = Field(

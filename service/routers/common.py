@@ -118,16 +118,20 @@ def problem_specs(settings: Settings, **args: Any) -> dict[str, Any]:
     return specs
 
 
-def search_inputs(body: Any, settings: Settings) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+def search_inputs(body: Any, settings: Settings, plan: bool = False) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
     """What a search route needs from its body: (model, cluster, training, search options,
     applied limits), each validated; the cluster checked against the server's size cap.
+    `plan`: the options of a plan (solving.plan_search_options), else of a search.
     Raises: SpecError (-> 422)."""
     from service.routers import solving
 
     from solver.presets import priced_training
 
     specs = problem_specs(settings, model=body.model, cluster=body.cluster, training=body.training)
-    options, limits = solving.search_options(body.options, settings)
+    if plan:
+        options, limits = solving.plan_search_options(body.options, specs["cluster"], settings)
+    else:
+        options, limits = solving.search_options(body.options, settings)
     training = priced_training(specs["training"], getattr(body, "price_per_gpu_hour", None),
                                getattr(body, "currency", None))
     return specs["model"], specs["cluster"], training, options, limits

@@ -12,10 +12,11 @@ from service.settings import Settings
 from topology.errors import Problem, SpecError
 
 
-def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any, dict[str, Any]]:
+def search_options(raw: dict[str, Any] | None, settings: Settings,
+                   default_time_limit_s: float | None = None) -> tuple[Any, dict[str, Any]]:
     """Validate options and apply the server's caps; returns (SearchOptions, limits applied).
 
-    time_limit_s defaults to settings.default_time_limit_s and is capped at
+    time_limit_s defaults to `default_time_limit_s` (else settings.default_time_limit_s), capped at
     settings.max_time_limit_s, workers at settings.max_solver_workers (the response's
     `limits` says so); an unset top_k defaults to at most settings.max_top_k, an asked one
     above it is a 422. Raises: SpecError.
@@ -30,12 +31,30 @@ def search_options(raw: dict[str, Any] | None, settings: Settings) -> tuple[Any,
     if opts.top_k > settings.max_top_k:
         raise SpecError("options.top_k too large",
                         [Problem("options.top_k", f"at most {settings.max_top_k} on this server")])
-    asked = opts.time_limit_s if "time_limit_s" in raw else settings.default_time_limit_s
+    default = settings.default_time_limit_s if default_time_limit_s is None else default_time_limit_s
+    asked = opts.time_limit_s if "time_limit_s" in raw else default
     applied = min(asked, settings.max_time_limit_s)
     workers = min(opts.workers, settings.max_solver_workers)
     opts = opts.model_copy(update={"time_limit_s": applied, "workers": workers})
     return opts, {"time_limit_s": applied, "time_limit_cap_s": settings.max_time_limit_s,
                   "time_limit_capped": asked > settings.max_time_limit_s, "workers": workers}
+
+
+def plan_search_options(raw: dict[str, Any] | None, cluster: Any,
+                        settings: Settings) -> tuple[Any, dict[str, Any]]:
+    """The search options of POST /v1/plans: those `trainplan plan` searches with, under the
+    server's caps (search_options), so the same job gets the same rank 1 over HTTP and the CLI
+    (tests/service/test_plan_route.py): both rank orders on an explicit fabric unless the
+    request states rank_orders (solver.layouts.default_plan_options), and the CLI's solver time
+    limit (SearchOptions' default) unless it states one, not the server's shorter default for
+    /v1/layouts: a plan's window of tied layouts cut short by the limit ranks another layout
+    first. The request's deadline (settings.max_time_limit_s) still bounds the whole plan. The
+    plan turns MoE splits on in solver.search.api.plan_options. Raises: SpecError."""
+    from solver.layouts import default_plan_options
+    from solver.search.options import SearchOptions
+
+    cli_limit_s = SearchOptions.model_fields["time_limit_s"].default
+    return search_options(default_plan_options(cluster, **(raw or {})), settings, cli_limit_s)
 
 
 def run_search(model, cluster, training, options, profile: Any = None,

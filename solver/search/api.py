@@ -123,14 +123,18 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
     results: list[SearchResult] = []
     searched: list[str] = []  # the orders of `results` (an order that raised has none)
     errors: list[InfeasibleError | SolverTimeoutError] = []
+    solved_s = 0.0  # solver time spent by the orders before (their tables not counted)
     for order in options.rank_orders:
-        left_s = max(1e-3, options.time_limit_s - (time.perf_counter() - t0))
+        left_s = max(1e-3, options.time_limit_s - solved_s)
         one = options.model_copy(update={"rank_orders": (order,), "time_limit_s": left_s})
+        start = time.perf_counter()
         try:
             results.append(_search_layouts(model, cluster, training, one, **kw))
             searched.append(order)
+            solved_s += _solve_s(results[-1], time.perf_counter() - start)
         except (InfeasibleError, SolverTimeoutError) as exc:
             errors.append(exc)
+            solved_s += left_s if isinstance(exc, SolverTimeoutError) else 0.0
     if not results:
         raise errors[0]
     layouts, status, bound, gap = merge_ranked(  # a timed-out order leaves the merge incomplete
@@ -143,6 +147,14 @@ def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> Se
         solves=sum(r.solves for r in results), evaluated=sum(r.evaluated for r in results),
         notes=notes, phases={o: r.phases for o, r in zip(searched, results, strict=True)},
         candidates=[c for r in results for c in (r.candidates or r.layouts)])
+
+
+def _solve_s(res: SearchResult, wall_s: float) -> float:
+    """Seconds of an order's search spent under its time limit: all but its tables (the
+    limit is the solves' budget, SearchOptions.time_limit_s); its whole wall time when it
+    reports no table phase (a fallback over GPU counts)."""
+    tables_s = (res.phases or {}).get("tables_s")
+    return wall_s - tables_s if isinstance(tables_s, float) else wall_s
 
 
 def _search(model, cluster, training, options: SearchOptions, rows_builder: RowsBuilder,

@@ -262,19 +262,32 @@ def test_estimate_equals_cli(client, capsys):
     assert http == json.loads(json.dumps(cli))
 
 
-def test_plan_layouts_equal_cli(client, capsys):
-    """POST /v1/plans ranks the same layouts as `trainplan plan` (timings aside)."""
+def test_plan_layouts_equal_cli(client, capsys, tmp_path):
+    """POST /v1/plans ranks the same layouts as `trainplan plan` (timings aside), also on an
+    explicit fabric, where the CLI searches both rank orders (solver.layouts.default_plan_options)
+    and the HTTP plan used to search one under the server's capped options: Llama 3 70B on 20
+    nodes of the rail-optimized A100 SuperPOD, where tp-cp-pp-dp is rank 1 (TP4 PP5 CP2 DP4,
+    32.504 s against 32.506 s in tp-cp-dp-pp, the old HTTP rank 1). No time limit is stated:
+    each route's own default applies."""
     import json
 
     from service.cli import main
     from solver.plan import LAYOUT_FIELDS
+    from topology.catalog import DATA
 
-    assert main(["plan", "--model", "seed-70b", "--cluster", "seed-512", "--training",
-                 "seed-300b", "--format", "json"]) == 0
+    preset = json.loads((DATA / "clusters" / "dgx-a100-superpod-rail-optimized.json").read_text())
+    job = {"model": "llama3-70b", "cluster": {**{k: v for k, v in preset.items() if not k.startswith("_")},
+                                              "nodes": 20},
+           "training": {"tokens": 1e11, "seq_len": 4096, "global_batch_tokens": 4096 * 512}}
+    for name in ("cluster", "training"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(job[name]))
+    assert main(["plan", "--model", "llama3-70b", "--cluster", str(tmp_path / "cluster.json"), "--training",
+                 str(tmp_path / "training.json"), "--format", "json"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    http = client.post("/v1/plans", json={**SEED, "options": {"time_limit_s": 5}}).json()
+    http = client.post("/v1/plans", json=job).json()
     key = lambda plan: [tuple(e[k] for k in LAYOUT_FIELDS) for e in plan["layouts"]]  # noqa: E731
     assert key(http) == key(cli)
+    assert http["layouts"][0]["rank_order"] == "tp-cp-pp-dp"
     for section in ("parameters", "memory", "flops", "time", "batch", "communication"):
         assert http[section] == cli[section], section
 
