@@ -201,14 +201,14 @@ def _batch_comm(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 GRID_HEAD = ["GPUs", "TP", "PP", "VPP", "DP", "CP", "ZeRO", "micro-batch", "recompute", "accumulation",
              "tokens per step", "model state per GPU", "memory per GPU", "predicted step time",
-             *MFU_HEAD, "note"]
+             *MFU_HEAD, "EP (ETP)", "note"]
 
 
 def grid_cells(g: dict[str, Any]) -> list[Any]:
     """One row of stage 2's scaling grid as text (GB = 1e9 bytes; '-' or 'n/a' when not
     predicted), columns GRID_HEAD: GPUs, the searched layout (TP, PP, VPP, DP, CP, ZeRO,
     micro-batch, recompute), accumulation, tokens/step, model state/GPU, memory/GPU, step
-    time, MFU, note. The Markdown plan and the HTML report both print these cells."""
+    time, MFU, EP (ETP), note. The Markdown plan and the HTML report both print these cells."""
     def count(key: str) -> str:
         return "-" if g.get(key) is None else f"{g[key]:,}"
 
@@ -217,7 +217,14 @@ def grid_cells(g: dict[str, Any]) -> list[Any]:
             g.get("recompute") or "-", count("grad_accum"), count("tokens_per_step"),
             _gb(g.get("model_state_per_gpu_bytes")), _gb(g.get("memory_per_gpu_bytes")),
             "-" if g.get("step_time_s") is None else f"{g['step_time_s']:.2f} s",
-            *mfu_cells(g), g.get("note")]
+            *mfu_cells(g), _ep_cell(g), g.get("note")]
+
+
+def _ep_cell(g: dict[str, Any]) -> str:
+    """A grid row's expert parallelism: 'EP (ETP)', the EP alone without an expert TP, '-' unsearched."""
+    if g.get("ep") is None:
+        return "-"
+    return f"{g['ep']:,}" + ("" if g.get("etp") is None else f" ({g['etp']:,})")
 
 
 def _stages(plan: dict[str, Any]) -> list[str]:

@@ -58,8 +58,11 @@ def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                "mfu": r.estimate.mfu, **r.estimate.mfu_fields(),
                "memory_per_gpu_bytes": dict(r.estimate.memory_per_gpu_bytes)}
     b = batch_plan(training, top["dp"], top["micro_batch"])
+    # every LayoutSpec field, so a row can be exported as the layout it was costed as (a MoE row's
+    # EP / ETP, the placement, an uneven split)
     point.update({k: top[k] for k in ("tp", "pp", "vpp", "dp", "cp", "zero_stage", "micro_batch",
-                                      "recompute", "sequence_parallel")})
+                                      "recompute", "sequence_parallel", "ep", "etp", "rank_order",
+                                      "pipeline_layers")})
     point.update(gpus=top["gpus"], grad_accum=b.grad_accum, tokens_per_step=b.tokens_per_step,
                  model_state_per_gpu_bytes=top["memory_per_gpu_bytes"].get("model_state"),
                  memory_per_gpu_bytes=top["memory_per_gpu_bytes"]["total"],
