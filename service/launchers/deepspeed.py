@@ -4,7 +4,7 @@ Hugging Face (Llama-style) config for the model code DeepSpeed wraps.
 Keys and options are DeepSpeed's own at deepspeedai/DeepSpeed commit edaa7221 (2026-08-22):
 deepspeed/runtime/constants.py (train_batch_size, train_micro_batch_size_per_gpu,
 gradient_accumulation_steps, bf16), deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig:
-stage, overlap_comm, contiguous_gradients, reduce_scatter), deepspeed/runtime/tensor_parallel/
+stage, overlap_comm, contiguous_gradients, reduce_scatter, reduce_bucket_size), deepspeed/runtime/tensor_parallel/
 config.py (TPTrainingConfig.autotp_size, read from the "tensor_parallel" key),
 deepspeed/launcher/runner.py (--num_nodes, --num_gpus, --hostfile, --master_addr,
 --master_port) and deepspeed/__init__.py (the script's --deepspeed --deepspeed_config);
@@ -60,9 +60,23 @@ def deepspeed_config(t: TrainingSpec, layout: LayoutSpec) -> dict[str, Any]:
                               "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": deepspeed_bf16_section(t, layout.zero_stage),  # the BF16 recipe charged
     }
+    if layout.zero_stage >= 1:
+        cfg["zero_optimization"]["reduce_bucket_size"] = reduce_bucket_elements(layout)
     if layout.tp > 1 and layout.pp == 1:  # AutoTP's mesh has no pipeline axis (see the module doc)
         cfg["tensor_parallel"] = {"autotp_size": layout.tp}
     return cfg
+
+
+def reduce_bucket_elements(layout: LayoutSpec) -> int:
+    """zero_optimization.reduce_bucket_size: the gradient bucket the cost model charges, in
+    time (terms.bucketed_traffic) and memory (memory.dp_buffer_bytes: DeepSpeed's ZeRO
+    optimizers keep one or two buffers of it during backward), max(40M, 1M x DP) elements
+    at the default options. DeepSpeed's default, 5e8 (zero/config.py L113), would keep
+    2 x 5e8 BF16 elements = 2 GB under overlap_comm (stage_1_and_2.py L2493-2514)."""
+    from solver.cost.options import CostOptions
+    from solver.cost.terms import dp_bucket_elements
+
+    return dp_bucket_elements(CostOptions(), layout.dp * layout.cp)
 
 
 def deepspeed_pipeline(layout: LayoutSpec) -> dict[str, Any] | None:

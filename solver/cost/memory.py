@@ -24,8 +24,8 @@ from solver.cost.compute import ACT_BYTES, dropout_on, linear_weights_on_rank
 from solver.cost.options import AttentionKernel
 from solver.cost.fp8 import FP8_BYTES, saved_input_saving_bytes
 from solver.cost.recompute import dropped_dense_bytes, selective_modules
-from solver.cost.state import framework_state_bytes, gathered_weight_bytes
-from solver.cost.terms import CostContext, layers_on_rank
+from solver.cost.state import BF16_BYTES, framework_state_bytes, gathered_weight_bytes
+from solver.cost.terms import CostContext, dp_bucket_elements, layers_on_rank
 from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
 
@@ -194,18 +194,40 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
 
     Layers on the rank x in-flight micro-batches x per-layer bytes, plus the embedding's
     stored values (8 s b bytes of token ids and a dropout mask sbh/t per micro-batch;
-    Korthikanti Sec. 4.3, Megatron theoretical_memory_usage.py). Full recompute also holds
-    one layer's full activations while that layer is recomputed.
+    Korthikanti Sec. 4.3, Megatron theoretical_memory_usage.py) and, where the pipeline engine
+    keeps them, each in-flight micro-batch's pipe buffers (pipe_buffer_bytes; where rank 1's
+    received inputs make it the busier rank, rank 1's). Full recompute also holds one layer's
+    full activations while that layer is recomputed.
     """
     per_layer = layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                        micro_batch=micro_batch)
     layers = layers_on_rank(ctx.model.layers, pp, vpp)  # about L/p on the first rank
     flight = in_flight_microbatches(pp, vpp, grad_accum)
     embed = embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
-    total = per_layer * layers * flight + embed * flight
+    pipe = [pipe_buffer_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch, rank=r, pp=pp) for r in (0, 1)]
+    total = per_layer * layers * flight + embed * flight + pipe[0] * flight
+    if pipe[1] and pp > 2 and vpp == 1:  # rank 1 keeps its received inputs too (pipe_buffer_bytes)
+        second = float(min(pp - 1, grad_accum))
+        total = max(total, (per_layer * layers + pipe[1]) * second)
     if recompute == "full":
         total += layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
     return total
+
+
+def pipe_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, rank: int, pp: int) -> float:
+    """What the pipeline engine keeps per in-flight micro-batch on pipeline rank `rank` beyond
+    the layers' stored activations, bytes (profile memory.pipe_output_buffers; 0 otherwise):
+    DeepSpeed's PipelineEngine keeps every rank's stage output but the last's (s b h BF16,
+    partitioned over TP when TP > 1: s b h / t) until that micro-batch's backward, and with
+    TP 1 every rank's received input but the first's (the forward runs on a clone of it,
+    which the first layer keeps) until its gradient is sent (deepspeedai/DeepSpeed edaa7221
+    deepspeed/runtime/pipe/engine.py L722-774, L888-889, L1134, L1146-1177)."""
+    flag = ctx.framework.memory.pipe_output_buffers
+    if pp == 1 or flag is None or not flag.value:
+        return 0.0
+    s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
+    out = ACT_BYTES * s_b_h / tp if rank < pp - 1 else 0.0
+    return out + (ACT_BYTES * s_b_h if rank > 0 and tp == 1 else 0.0)
 
 
 def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
@@ -259,19 +281,41 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
                       zero: ZeroStage, micro_batch: int) -> float:
     """Communication buffers per GPU, bytes.
 
-    DP: two gradient buckets in flight (Megatron DDP); SP: the all-gathered layer input
+    DP: two gradient buckets in flight (Megatron DDP; DeepSpeed's reduce buffers,
+    dp_buffer_bytes); SP: the all-gathered layer input
     (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t);
     gathered BF16 weights where the framework's recipe has them (ZeRO-3 / FSDP prefetch:
     two layers; FSDP2's LM-head unit and all-gather stream pool;
     solver.cost.state.gathered_weight_bytes).
     """
-    rec = ctx.training.precision
     s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
-    out = 0.0
-    if dp * cp > 1:
-        out += 2 * ctx.options.dp_bucket_elements * rec.grad_bytes
+    out = dp_buffer_bytes(ctx, dp=dp, cp=cp, zero=zero)
     if sp:
         out += ACT_BYTES * s_b_h
     if pp > 1:
         out += 4 * ACT_BYTES * s_b_h / tp
     return out + gathered_weight_bytes(ctx.training, ctx.params, tp=tp, pp=pp, zero=zero)
+
+
+def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage) -> float:
+    """Gradient-reduction buffers per GPU during backward, bytes (0 with one replica).
+
+    Profiles with memory.reduce_buffers (DeepSpeed): at ZeRO 1-3 that many buffers of the
+    reduce bucket in BF16 (the model's dtype under bf16.enabled), the bucket being the one the
+    step time charges, terms.dp_bucket_elements(options, dp x cp), which the export writes as
+    zero_optimization.reduce_bucket_size (service/launchers/deepspeed.py). ZeRO-1/2 with
+    contiguous_gradients allocate one buffer and, with overlap_comm, a second (deepspeedai/
+    DeepSpeed edaa7221 deepspeed/runtime/zero/stage_1_and_2.py setup_buckets L2493-2514; under
+    the pipeline engine overlap_comm is switched off, engine.py L2389-2393, and reduce_gradients
+    adds one after backward, stage_1_and_2.py L866-872); ZeRO-3 keeps one for the whole run
+    (stage3.py L730-735) plus the staging copy reduce_scatter_coalesced concatenates a
+    bucket's gradients into (runtime/comm/coalesced_collectives.py L182-205; stage3.py L1813).
+    ZeRO-0 reduces after backward (engine.py allreduce_gradients L2891-2913), outside the
+    activations' peak: the default term. Otherwise two buckets of options.dp_bucket_elements at
+    the gradient dtype (Megatron-Core DDP)."""
+    if dp * cp <= 1:
+        return 0.0
+    n = ctx.framework.memory.reduce_buffers
+    if n is None or zero == 0:
+        return 2 * ctx.options.dp_bucket_elements * ctx.training.precision.grad_bytes
+    return n.value * dp_bucket_elements(ctx.options, dp * cp) * BF16_BYTES

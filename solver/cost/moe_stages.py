@@ -138,7 +138,9 @@ def rank_activation_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int,
     out = []
     for r, (n, k) in enumerate(zip(ns, ks, strict=True)):
         last = r == layout.pp - 1
-        act = flight[r] * (n * per_layer + k * per_moe + (embed if r == 0 else 0.0)) + full
+        pipe = M.pipe_buffer_bytes(ctx, tp=layout.tp, cp=layout.cp, micro_batch=layout.micro_batch, rank=r,
+                                   pp=layout.pp)  # DeepSpeed's pipe buffers (0 elsewhere)
+        act = flight[r] * (n * per_layer + k * per_moe + (embed if r == 0 else 0.0) + pipe) + full
         if full and k:
             act += moe_full
         if last:

@@ -130,7 +130,8 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
     min(pp - r, m) micro-batches under 1F1B (Narayanan et al. 2021, Sec. 2.2.1; interleaved:
     the first rank's in_flight_microbatches for every rank, an upper bound); the first rank
     also keeps the embedding's stored values (8 s b bytes + the dropout mask s b h / t, as
-    memory.activation_bytes); full recompute adds one layer's full activations.
+    memory.activation_bytes), every rank its pipe buffers per micro-batch in flight
+    (memory.pipe_buffer_bytes); full recompute adds one layer's full activations.
     """
     per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                          micro_batch=micro_batch)
@@ -144,7 +145,8 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
         flight = float(min(pp - r, grad_accum)) if vpp == 1 else inter
         params = (n * pc.per_layer + (pc.embedding + pc.position_embedding if r == 0 else 0)
                   + (pc.final_norm + pc.lm_head if r == pp - 1 else 0))
-        act = per_layer * n * flight + (embed * flight if r == 0 else 0.0) + extra
+        pipe = M.pipe_buffer_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch, rank=r, pp=pp)
+        act = (per_layer * n + pipe) * flight + (embed * flight if r == 0 else 0.0) + extra
         out.append((params, act, r == pp - 1))
     return out
 

@@ -200,6 +200,15 @@ class MemorySemantics(StrictModel):
     # Megatron-Core, without recompute (torchtitan: an FP32 copy for the routing scores'
     # gradient); None: nothing beyond
     moe_combine_saved_bytes: CitedValueBytes | None = None
+    # gradient-reduction buffers of the exported reduce bucket (terms.dp_bucket_elements) that
+    # the framework's ZeRO-1/2/3 optimizers keep during backward, in BF16 (DeepSpeed's
+    # contiguous ipg buffers); None: two DP buckets of options.dp_bucket_elements at the
+    # gradient dtype (solver.cost.memory.dp_buffer_bytes)
+    reduce_buffers: CitedInt | None = None
+    # each in-flight micro-batch's stage output (s b h BF16, split over TP when TP > 1) is kept
+    # by the pipeline engine until its backward (DeepSpeed's pipe_buffers['outputs']); None: no
+    # such buffers beyond the send / receive buffers (solver.cost.memory.pipe_buffer_bytes)
+    pipe_output_buffers: CitedBool | None = None
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 

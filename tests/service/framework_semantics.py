@@ -204,7 +204,22 @@ def deepspeed_mismatches(model: Any, training: Any, layout: Any, estimate: dict[
     if cfg["zero_optimization"]["stage"] != layout.zero_stage:
         out.append("ZeRO stage differs from the layout's")
     out += _deepspeed_state(cfg["bf16"], layout, estimate)
+    out += _deepspeed_reduce_bucket(cfg["zero_optimization"], layout)
     return out + _deepspeed_zero3(cfg["zero_optimization"], model, training, layout)
+
+
+def _deepspeed_reduce_bucket(zero: dict[str, Any], layout: Any) -> list[str]:
+    """ZeRO 1-3 keep one or two reduce_bucket_size buffers during backward (stage_1_and_2.py
+    L2493-2514, stage3.py L730-735; default 5e8 elements, zero/config.py L113): the memory
+    model charges buckets of terms.dp_bucket_elements, which the export must set."""
+    from solver.cost.options import CostOptions
+    from solver.cost.terms import dp_bucket_elements
+
+    if layout.zero_stage < 1:
+        return []
+    bucket = zero.get("reduce_bucket_size", 5 * 10 ** 8)
+    charged = dp_bucket_elements(CostOptions(), layout.dp * layout.cp)
+    return [] if bucket <= charged else [f"reduce_bucket_size {bucket:,} above the {charged:,} charged"]
 
 
 def _deepspeed_zero3(zero: dict[str, Any], model: Any, training: Any, layout: Any) -> list[str]:
