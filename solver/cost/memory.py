@@ -283,7 +283,8 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
 
     DP: two gradient buckets in flight (Megatron DDP; DeepSpeed's reduce buffers,
     dp_buffer_bytes); SP: the all-gathered layer input
-    (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t);
+    (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t; DeepSpeed's
+    pipeline engine, pp_buffer_bytes);
     gathered BF16 weights where the framework's recipe has them (ZeRO-3 / FSDP prefetch:
     two layers; FSDP2's LM-head unit and all-gather stream pool;
     solver.cost.state.gathered_weight_bytes).
@@ -293,8 +294,23 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
     if sp:
         out += ACT_BYTES * s_b_h
     if pp > 1:
-        out += 4 * ACT_BYTES * s_b_h / tp
+        out += pp_buffer_bytes(ctx, s_b_h=s_b_h, tp=tp)
     return out + gathered_weight_bytes(ctx.training, ctx.params, tp=tp, pp=pp, zero=zero)
+
+
+def pp_buffer_bytes(ctx: CostContext, *, s_b_h: float, tp: int) -> float:
+    """Pipeline send / receive buffers per GPU, bytes (s_b_h: one micro-batch's s b h on the
+    rank). By default a send and a receive buffer per direction, 4 x 2 s b h / t. DeepSpeed's
+    PipelineEngine (profile memory.pipe_output_buffers) sends the stored stage output itself
+    and keeps two receive buffers, the activation's (pipe_recv_buf) and the gradient's
+    (grad_layer), each split over TP when TP > 1 (pipe_partitioned / grad_partitioned); under
+    TP a micro-batch's backward also rebuilds its whole output and whole output gradient
+    (deepspeedai/DeepSpeed edaa7221 deepspeed/runtime/pipe/engine.py L838-857, L1146-1165,
+    L1200-1230, L1307-1317): 2 x 2 s b h / t, plus 2 x 2 s b h with TP."""
+    flag = ctx.framework.memory.pipe_output_buffers
+    if flag is None or not flag.value:
+        return 4 * ACT_BYTES * s_b_h / tp
+    return 2 * ACT_BYTES * s_b_h / tp + (2 * ACT_BYTES * s_b_h if tp > 1 else 0.0)
 
 
 def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage) -> float:

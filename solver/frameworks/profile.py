@@ -206,8 +206,9 @@ class MemorySemantics(StrictModel):
     # gradient dtype (solver.cost.memory.dp_buffer_bytes)
     reduce_buffers: CitedInt | None = None
     # each in-flight micro-batch's stage output (s b h BF16, split over TP when TP > 1) is kept
-    # by the pipeline engine until its backward (DeepSpeed's pipe_buffers['outputs']); None: no
-    # such buffers beyond the send / receive buffers (solver.cost.memory.pipe_buffer_bytes)
+    # by the pipeline engine until its backward (DeepSpeed's pipe_buffers['outputs']), which
+    # sends it as is and keeps one receive buffer per direction; None: no such buffers, a send
+    # and a receive buffer per direction (solver.cost.memory.pipe_buffer_bytes, pp_buffer_bytes)
     pipe_output_buffers: CitedBool | None = None
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 

@@ -120,3 +120,22 @@ def test_pipeline_engine_keeps_each_in_flight_stage_output(pp, tp, expected):
           "grad_accum": 8}
     ds, mc = _ctx("llama3-8b"), _ctx("llama3-8b", "megatron-core")
     assert activation_bytes(ds, **kw) - activation_bytes(mc, **kw) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp, ds_bytes", [
+    # s b h = 8192 x 4096 = 33,554,432 values, 2 B each. TP 1: the activation and gradient
+    # receive buffers, 2 x 67,108,864 = 134,217,728 (was the default 4 x 2 s b h = 268,435,456).
+    (1, 2 * 67_108_864),
+    # TP 2: both receive buffers split over TP (2 x 33,554,432) plus the whole output and
+    # output gradient a backward rebuilds (2 x 67,108,864): 201,326,592 (was 4 x 2 s b h / 2).
+    (2, 2 * 67_108_864 / 2 + 2 * 67_108_864),
+])
+def test_pipeline_engine_send_and_receive_buffers(tp, ds_bytes):
+    """DeepSpeed's PipelineEngine sends the stored stage output itself and keeps one receive
+    buffer per direction, split over TP (pipe/grad_partitioned), and under TP rebuilds a
+    micro-batch's whole output and output gradient for its backward (pipe/engine.py L838-857,
+    L1146-1165, L1200-1230). Megatron-Core keeps its 4 x 2 s b h / t."""
+    ds, mc = _ctx("llama3-8b"), _ctx("llama3-8b", "megatron-core")
+    kw = {"tp": tp, "cp": 1, "dp": 2, "sp": False, "zero": 1, "micro_batch": 1}
+    assert comm_buffer_bytes(ds, pp=4, **kw) - comm_buffer_bytes(ds, pp=1, **kw) == pytest.approx(ds_bytes)
+    assert comm_buffer_bytes(mc, pp=4, **kw) - comm_buffer_bytes(mc, pp=1, **kw) == pytest.approx(4 * 67_108_864 / tp)
