@@ -10,10 +10,13 @@ torchtitan/models/llama3/__init__.py (_70b): the Llama 3 model built by _build_l
 with the spec's sizes, RoPE base and norm epsilon. Every class field, function parameter and
 imported name it uses is in tests/fixtures/frameworks/torchtitan.json (extracted by
 benchmarks/extract_framework_options.py). Rules it obeys (same commit):
-- pipeline stages: module_fqns_per_model_part lists each stage's modules explicitly (stage 0
-  holds tok_embeddings, the last norm and lm_head), so no layers_per_stage rounding applies
-  (distributed/pipeline_parallel.py: the stage count must divide by pp; single-stage
-  schedules need one stage per rank, multi-stage ones at least two);
+- pipeline stages: module_fqns_per_model_part lists each stage's modules explicitly (the first
+  stage holds tok_embeddings, the last norm and lm_head; stage s runs on rank s mod pp), so no
+  layers_per_stage rounding applies and a MoE first/last split (solver.search.moe_split) is
+  written chunk by chunk (configs.py L187-195; distributed/pipeline_parallel.py: the list is
+  used as given, L88-92; the stage count must divide by pp; single-stage schedules need one
+  stage per rank, multi-stage ones at least two); tied embeddings run at pp 1 only
+  (models/common/decoder.py L168-171, solver.frameworks.models);
 - batch: num_tokens_per_train_step must divide by the tokens of one accumulation step
   (trainer.py), which is microbatch tokens x num_pp_microbatches x DP;
 - the Llama 3 builder has no biases, no LayerNorm, no learned positions and derives

@@ -16,6 +16,10 @@ A rank holds (NVIDIA/Megatron-LM d98e8a64):
   every rank with pre_process or mtp_process; DeepSeek's DualPipe instead puts the embedding
   and head of the main model and MTP on one rank, report sec. 3.2.3);
 - FP8 weight copies of its linear weights where the framework caches them (moe_memory).
+torchtitan places the same way (pytorch/torchtitan b5bcd76c: the export's module_fqns_per_model_part
+puts tok_embeddings in the first chunk and norm + lm_head in the last, chunk s on rank s mod pp,
+distributed/pipeline_parallel.py L532-569); its MTP and tied embeddings, which it would place
+otherwise, never run at pp > 1 (solver.frameworks.models).
 Activations: rank r keeps its layers' for min(pp - r, m) micro-batches under 1F1B (interleaved:
 memory.in_flight_microbatches on every rank, an upper bound; step_memory.stage_profile), each
 layer memory.layer_activation_bytes plus moe_memory's extra for the MoE ones; the first rank

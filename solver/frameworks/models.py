@@ -239,11 +239,18 @@ def _torchtitan(m: Any) -> _Rules:
 # does not support pipeline parallelism yet") or context_parallel_degree > 1 (same for CP); MTP.md
 # sec. 5 keeps both unsupported until integrated.
 _TITAN_MTP = "torchtitan/models/deepseek_v3/mtp.py"
+_TITAN_DECODER = "torchtitan/models/common/decoder.py"
 
 
 def _layout_found(framework: str, m: Any, pp: int, cp: int) -> _Rules:
     out = _Rules()
-    if framework != "torchtitan" or not m.mtp_layers:
+    if framework != "torchtitan":
+        return out
+    if m.tied_embeddings and pp > 1:
+        out.add("layout.pp", f"torchtitan does not tie the embedding and the LM head under pipeline "
+                f"parallelism (Decoder.Config.update_from_config L168-171 raises at "
+                f"pipeline_parallel_degree {pp} > 1 with enable_weight_tying)", TITAN, _TITAN_DECODER)
+    if not m.mtp_layers:
         return out
     if pp > 1:
         out.add("layout.pp", f"torchtitan's multi-token prediction does not support pipeline parallelism "
@@ -256,7 +263,8 @@ def _layout_found(framework: str, m: Any, pp: int, cp: int) -> _Rules:
 
 def model_degrees_ok(framework: str, m: Any, *, pp: int = 1, cp: int = 1) -> bool:
     """Whether `framework` runs model `m` at these pipeline and context degrees (the search's
-    rule: torchtitan's MTP only at pp 1 and cp 1; every other model and framework: always)."""
+    rule: torchtitan's MTP only at pp 1 and cp 1, its tied embeddings only at pp 1; every other
+    model and framework: always)."""
     return not _layout_found(framework, m, pp, cp)
 
 

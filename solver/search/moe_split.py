@@ -12,14 +12,20 @@ chunk, the last, equal chunks between; chunk j on rank j mod pp) is written as
 (pipeline_parallel_layer_layout.py; service.launchers.megatron.layout_string), since the
 first/last flags need counts divisible by vpp.
 
-Which frameworks: Megatron-Core only (FIRST_LAST_FRAMEWORKS). DeepSpeed keeps the even rule:
-its PipelineModule places layers by a method, 'uniform', 'parameters' (balanced parameter
-counts) or 'type:<layer>', never by given counts (deepspeed/runtime/pipe/module.py
-_partition_layers L396-420, edaa7221), so a chosen split cannot be written. torchtitan could
-write one (parallelism.module_fqns_per_model_part, torchtitan/config/configs.py L187-195,
-b5bcd76c: the modules of every model chunk), but its MoE export does not write it yet and the
-per-stage MoE memory (solver.cost.moe_stages) places the embedding, head and multi-token-
-prediction modules as Megatron's gpt_model.py does: torchtitan keeps the even rule too.
+Which frameworks (FIRST_LAST_FRAMEWORKS): Megatron-Core and torchtitan. torchtitan (pytorch/
+torchtitan b5bcd76c) takes the modules of every model chunk, parallelism.module_fqns_per_model_part
+(torchtitan/config/configs.py L187-195), as given (distributed/pipeline_parallel.py pipeline_llm
+L88-93: generated only when None) and builds stage s from list s on rank s mod pp under 1F1B and
+Interleaved1F1B (_get_pp_rank_to_stage_indices_mapping L532-569, "loop" style), the chunk
+placement moe_stages charges; the export (service.launchers.torchtitan.module_fqns) writes the
+split's chunks, tok_embeddings with the first and norm + lm_head with the last, where
+moe_stages charges the embedding and the head. The modules moe_stages places as Megatron does
+and torchtitan would not never run there at pp > 1: multi-token prediction (MTPDecoder raises)
+and tied embeddings (Decoder.Config.update_from_config raises), solver.frameworks.models.
+DeepSpeed keeps the even rule: its PipelineModule places layers by a method, 'uniform',
+'parameters' (balanced parameter counts) or 'type:<layer>', never by given counts
+(deepspeed/runtime/pipe/module.py _partition_layers L396-420, edaa7221), so a chosen split
+cannot be written.
 
 When: options.moe_splits (on by default in plans, solver.search.api.plan_options) or
 split_stages. The search's bounds on split rows (prune's FITTING and REFINED levels,
@@ -60,9 +66,10 @@ from solver.cost.step import TimeTerms, compose_memory, split_memory_terms, stag
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 # Frameworks whose export writes a first/last split for a MoE model (service.launchers.megatron
-# _pipeline_args: --decoder-first/last-pipeline-num-layers; Megatron-LM d98e8a64
-# transformer_config.py L2294-2355).
-FIRST_LAST_FRAMEWORKS = frozenset({"megatron-core"})
+# _pipeline_args: --decoder-first/last-pipeline-num-layers, Megatron-LM d98e8a64
+# transformer_config.py L2294-2355; service.launchers.torchtitan module_fqns:
+# module_fqns_per_model_part, pytorch/torchtitan b5bcd76c torchtitan/config/configs.py L187-195).
+FIRST_LAST_FRAMEWORKS = frozenset({"megatron-core", "torchtitan"})
 # Stage times are compared on this grid (seconds) so that float summation-order differences
 # between the evaluator's and the tables' time terms (~1e-16 s) cannot pick different splits.
 TIME_GRID_S = 1e-12

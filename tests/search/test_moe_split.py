@@ -36,11 +36,17 @@ def test_candidates_are_the_splits_megatron_accepts():
     assert sorted(candidates(3, 2)) == [(1, 0, 2), (2, 0, 1)]
 
 
-def test_only_megatron_and_only_when_the_layers_do_not_divide():
+def untied_moe(layers: int = 7):
+    """dsv3_shaped without MTP and with an LM head of its own: torchtitan runs neither MTP nor
+    tied embeddings at pp > 1 (solver.frameworks.models)."""
+    return dsv3_shaped(layers).model_copy(update={"mtp_layers": 0, "tied_embeddings": False})
+
+
+def test_megatron_and_torchtitan_only_when_the_layers_do_not_divide():
     m = dsv3_shaped()
     assert applies(m, training("megatron-core"), True, 2, 1)
-    assert not applies(m, training("torchtitan"), True, 2, 1)  # keeps the even rule
-    assert not applies(m, training("deepspeed"), True, 2, 1)
+    assert applies(untied_moe(), training("torchtitan"), True, 2, 1)  # module_fqns_per_model_part
+    assert not applies(m, training("deepspeed"), True, 2, 1)  # keeps the even rule
     assert not applies(m, training("megatron-core"), False, 2, 1)
     assert not applies(moe_model(layers=8), training("megatron-core"), True, 2, 1)  # divides
 
@@ -92,6 +98,15 @@ def test_cpsat_equals_oracle_with_moe_first_last_splits(memory_gb, flag):
         assert est.fits and est.step_time_s == pytest.approx(r.estimate.step_time_s, rel=1e-12)
 
 
+def test_cpsat_equals_oracle_with_torchtitan_first_last_splits():
+    """The same on torchtitan (its ZeRO stages under PP, 0 and 1, and its interleaving rule)."""
+    model, clu, train = untied_moe(), cluster(2, 4), training("torchtitan", batch_seqs=16)
+    res, oracle = _objectives(model, clu, train, SearchOptions(top_k=5, **OPT))
+    assert [r.objective_units for r in res.layouts] == pytest.approx([e.objective_units for e in oracle][:5],
+                                                                     rel=1e-12)
+    assert any(e.layout.pp > 1 and e.layout.pipeline_layers is not None for e in oracle)
+
+
 def test_rank1_split_layout_exports_and_passes_megatron_checks():
     from service.launchers import export_layout, rank_placement
     from tests.service.framework_options import megatron_violations
@@ -104,6 +119,43 @@ def test_rank1_split_layout_exports_and_passes_megatron_checks():
         args = export_layout("megatron-core", model, train, lo, rank_placement(clu, lo),
                              list(lo.pipeline_layers))["args"]
         assert megatron_violations(args) == [], lo
+
+
+def test_torchtitan_split_layouts_export_their_chunks_and_pass_its_checks():
+    """torchtitan ranks split layouts too (1F1B and Interleaved1F1B), and the export's
+    module_fqns_per_model_part holds the split the estimate charged, chunk by chunk, with
+    tok_embeddings in chunk 0 (rank 0) and norm + lm_head in the last (rank pp - 1): where
+    solver.cost.moe_stages charges them (torchtitan b5bcd76c pipeline_parallel.py L532-569: stage
+    s on rank s mod pp)."""
+    from service.launchers import export_layout, rank_placement
+    from tests.service.framework_options import torchtitan_violations
+    from tests.service.framework_semantics import torchtitan_mismatches
+
+    model, clu, train = untied_moe(), cluster(2, 4), training("torchtitan", batch_seqs=16)
+    res = search_layouts(model, clu, train, SearchOptions(top_k=20, **OPT), explain=False)
+    split = [r for r in res.layouts if r.layout.pp > 1]
+    assert {r.layout.vpp for r in split} == {1, 2}  # both schedules among them
+    for r in split:
+        lo = r.layout
+        assert lo.pipeline_layers is not None and sum(lo.pipeline_layers) == 7
+        launch = export_layout("torchtitan", model, train, lo, rank_placement(clu, lo), list(lo.pipeline_layers))
+        parts = launch["settings"]["parallelism"]["module_fqns_per_model_part"]
+        assert [sum(n.startswith("layers.") for n in p) for p in parts] == list(lo.pipeline_layers)
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+        assert (len(parts) - 1) % lo.pp == lo.pp - 1
+        assert torchtitan_violations(launch["settings"], model.layers, lo.gpus) == []
+        assert torchtitan_mismatches(model, train, lo, r.estimate.as_dict(), launch) == []
+
+
+def test_torchtitan_never_splits_what_it_cannot_run_at_pp_above_one():
+    """Tied embeddings (decoder.py Decoder.Config.update_from_config L168-171 raises) keep
+    torchtitan at pp 1, split or not; Megatron-Core splits the same tied model."""
+    tied = untied_moe().model_copy(update={"tied_embeddings": True})
+    for model, framework, pps in ((tied, "torchtitan", {1}), (tied, "megatron-core", {1, 2, 4})):
+        res = search_layouts(model, cluster(2, 4), training(framework, batch_seqs=16),
+                             SearchOptions(top_k=50, **OPT), explain=False)
+        assert {r.layout.pp for r in res.layouts} <= pps and 1 in pps, (framework, model.tied_embeddings)
+    assert 2 in {r.layout.pp for r in res.layouts}  # not vacuous: Megatron splits it
 
 
 def test_group_bound_is_below_every_split_layout():

@@ -163,6 +163,10 @@ def torchtitan_mismatches(model: Any, training: Any, layout: Any, estimate: dict
     s = launch["settings"]
     out = torchtitan_module_problems(launch["module"]) + torchtitan_violations(s, model.layers, layout.gpus)
     par, t = s["parallelism"], s["training"]
+    if layout.pp > 1 and layout.pipeline_layers:  # the split the estimate charged, chunk by chunk
+        got = [sum(n.startswith("layers.") for n in p) for p in par.get("module_fqns_per_model_part") or []]
+        if got != list(layout.pipeline_layers):
+            out.append(f"stages hold {got} layers, the estimate charged {list(layout.pipeline_layers)}")
     shard = 1 if layout.zero_stage == 0 else layout.dp
     if (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) != (shard, layout.dp // shard):
         out.append(f"ZeRO-{layout.zero_stage} charged, FSDP shard/replicate {par['data_parallel_shard_degree']}/"
