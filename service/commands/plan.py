@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
     add_profile_flag(p)
     p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=True,
                    help="MoE models: search first/last pipeline splits where the layers do not divide over "
-                        "the stages (Megatron-Core; default on; --no-moe-splits: even stages only, faster)")
+                        "the stages (Megatron-Core, torchtitan; default on; --no-moe-splits: even stages only, faster)")
     add_format(p, "md", ("md", "json", "html"))
     p.set_defaults(run=run)
 

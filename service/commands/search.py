@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
                         "(default off: every stage is charged as the busiest rank)")
     p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=False,
                    help="MoE models: first/last pipeline splits where the layers do not divide over the "
-                        "stages (Megatron-Core; default off here for latency, on in `plan`)")
+                        "stages (Megatron-Core, torchtitan; default off here for latency, on in `plan`)")
     add_search_flags(p)
     add_framework_flag(p)
     add_price_arguments(p)

@@ -197,7 +197,8 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     Korthikanti Sec. 4.3, Megatron theoretical_memory_usage.py) and, where the pipeline engine
     keeps them, each in-flight micro-batch's pipe buffers (pipe_buffer_bytes; where rank 1's
     received inputs make it the busier rank, rank 1's). Full recompute also holds one layer's
-    full activations while that layer is recomputed.
+    full activations while that layer is recomputed, op-level selective recompute what that
+    layer did not store (recomputed_layer_bytes).
     """
     per_layer = layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                        micro_batch=micro_batch)
@@ -209,9 +210,26 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     if pipe[1] and pp > 2 and vpp == 1:  # rank 1 keeps its received inputs too (pipe_buffer_bytes)
         second = float(min(pp - 1, grad_accum))
         total = max(total, (per_layer * layers + pipe[1]) * second)
+    return total + recomputed_layer_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
+
+
+def recomputed_layer_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
+                           micro_batch: int) -> float:
+    """Bytes the one layer being recomputed holds beyond what it stored, one micro-batch, while
+    its backward runs. Full recompute: its full activations (the stored input aside). The
+    op-level selective policy (torchtitan's SelectiveAC; its profile's selective_recompute
+    cites the mechanism): the full activations less the stored ones, since the non-reentrant
+    checkpoint recomputes the whole block at its first unpack and keeps every recomputed tensor
+    until backward unpacks it. Megatron's per-module selective recompute: 0 (a module's outputs
+    at a time, not charged)."""
+    if recompute == "none":
+        return 0.0
+    whole = layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
     if recompute == "full":
-        total += layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
-    return total
+        return whole
+    if _selective_policy(ctx) == "every_other_matmul":
+        return whole - layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
+    return 0.0
 
 
 def pipe_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, rank: int, pp: int) -> float:

@@ -33,7 +33,8 @@ grouped experts at EP 1), without recompute also
 scores' gradient; t k etp rows: the rank's own t k with EP, the whole replicated micro-batch
 sequence with EP off, where etp = tp). Not charged under "selective" (torchtitan's SelectiveAC
 recomputes the cast and the multiply) and under "full" only in the one layer being recomputed
-(moe_full_layer_bytes); the profile cites both.
+(moe_full_layer_bytes); under "selective" too the layer being recomputed holds it
+(moe_recomputed_layer_bytes); the profile cites both.
 
 The token dispatcher's working set (dispatch_working_set_bytes): buffers alive while one MoE
 layer runs that are not kept for backward, charged once per rank that holds a MoE layer (one
@@ -157,6 +158,22 @@ def moe_full_layer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int
     """Under full recompute, what the one layer being recomputed holds beyond a dense one."""
     return moe_layer_activation_extra_bytes(ctx, tp=tp, cp=cp, recompute="none", micro_batch=micro_batch,
                                             ep=ep, etp=etp)
+
+
+def moe_recomputed_layer_bytes(ctx: CostContext, *, tp: int, cp: int, recompute: Recompute, micro_batch: int,
+                               ep: int, etp: int) -> float:
+    """What the one MoE layer being recomputed holds beyond a dense one and beyond what it stored,
+    as memory.recomputed_layer_bytes for a dense layer: full recompute moe_full_layer_bytes; the
+    op-level selective policy (torchtitan SelectiveAC) the unstored part, torchtitan's FP32
+    combine copy among it; 0 otherwise."""
+    if recompute == "none":
+        return 0.0
+    kw = {"tp": tp, "cp": cp, "micro_batch": micro_batch, "ep": ep, "etp": etp}
+    if recompute == "full":
+        return moe_full_layer_bytes(ctx, **kw)
+    if ctx.framework.memory.selective_recompute.value == "every_other_matmul":
+        return moe_full_layer_bytes(ctx, **kw) - moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw)
+    return 0.0
 
 
 @lru_cache(maxsize=65536)

@@ -24,7 +24,8 @@ Activations: rank r keeps its layers' for min(pp - r, m) micro-batches under 1F1
 memory.in_flight_microbatches on every rank, an upper bound; step_memory.stage_profile), each
 layer memory.layer_activation_bytes plus moe_memory's extra for the MoE ones; the first rank
 the embedding's stored values; the last rank the logits and the MTP modules
-(step_memory.mtp_activation_bytes); full recompute one layer's full activations; a rank
+(step_memory.mtp_activation_bytes); full recompute one layer's full activations (torchtitan's
+SelectiveAC what that layer did not store, memory.recomputed_layer_bytes); a rank
 running a MoE layer (its own or an MTP module's) the token dispatcher's working set once
 (moe_memory.dispatch_working_set_bytes).
 """
@@ -40,7 +41,7 @@ from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_comm import expert_dp_ranks
 from solver.cost.moe_layer import moe_layer_mask, moe_layers_per_rank
 from solver.cost.moe_memory import (
-    dispatch_working_set_bytes, moe_full_layer_bytes, moe_gathered_bytes, moe_layer_activation_extra_bytes,
+    dispatch_working_set_bytes, moe_gathered_bytes, moe_layer_activation_extra_bytes, moe_recomputed_layer_bytes,
 )
 from solver.cost.state import framework_state_bytes
 from solver.cost.terms import CostContext
@@ -103,17 +104,16 @@ def rank_linear_weights(ctx: CostContext, *, tp: int, ep: int, etp: int, n: int,
 
 def layer_parts(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int, ep: int,
                 etp: int) -> tuple[float, float, float, float, float, float]:
-    """(a layer's, a MoE layer's extra, the embedding's stored values, full recompute's layer,
-    full recompute's MoE layer, the token dispatcher's working set) activation bytes of one
-    micro-batch (module docstring)."""
+    """(a layer's, a MoE layer's extra, the embedding's stored values, the recomputed layer's
+    (memory.recomputed_layer_bytes: full recompute, torchtitan's SelectiveAC), its MoE extra
+    (moe_memory.moe_recomputed_layer_bytes), the token dispatcher's working set) activation
+    bytes of one micro-batch (module docstring)."""
     kw = {"tp": tp, "cp": cp, "micro_batch": micro_batch}
     per_layer = M.layer_activation_bytes(ctx, sp=sp, recompute=recompute, **kw)
     per_moe = moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw, ep=ep, etp=etp)
     embed = M.embedding_stored_bytes(ctx, sp=sp, **kw)
-    full = moe_full = 0.0
-    if recompute == "full":
-        full = M.layer_activation_bytes(ctx, sp=sp, recompute="none", **kw)
-        moe_full = moe_full_layer_bytes(ctx, **kw, ep=ep, etp=etp)
+    full = M.recomputed_layer_bytes(ctx, sp=sp, recompute=recompute, **kw)
+    moe_full = moe_recomputed_layer_bytes(ctx, recompute=recompute, **kw, ep=ep, etp=etp)
     return per_layer, per_moe, embed, full, moe_full, dispatch_working_set_bytes(ctx, **kw, ep=ep, etp=etp)
 
 

@@ -14,7 +14,9 @@ from typing import Any
 from solver.cost import memory as M
 from solver.cost.state import framework_state_bytes
 from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
-from solver.cost.moe_memory import dispatch_working_set_bytes, moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_memory import (
+    dispatch_working_set_bytes, moe_layer_activation_extra_bytes, moe_recomputed_layer_bytes,
+)
 from solver.cost.moe_stages import moe_stage_terms
 from solver.cost.terms import CostContext
 from solver.specs import LayoutSpec, Recompute, ZeroStage
@@ -94,7 +96,7 @@ def moe_activation_extra_of(ctx: CostContext, *, tp: int, cp: int, micro_batch: 
     out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw)
     if n:  # one MoE layer runs at a time: its dispatcher's buffers (moe_memory)
         out += dispatch_working_set_bytes(ctx, **kw)
-    return out + (moe_full_layer_bytes(ctx, **kw) if recompute == "full" else 0.0)
+    return out + moe_recomputed_layer_bytes(ctx, recompute=recompute, **kw)
 
 
 def buffer_terms(ctx: CostContext, layout: LayoutSpec) -> dict[str, float]:
@@ -136,8 +138,7 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
     per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                          micro_batch=micro_batch)
     embed = M.embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
-    extra = (M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute="none", micro_batch=micro_batch)
-             if recompute == "full" else 0.0)
+    extra = M.recomputed_layer_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
     inter = M.in_flight_microbatches(pp, vpp, grad_accum)
     pc = ctx.params
     out = []

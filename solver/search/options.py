@@ -54,16 +54,17 @@ class SearchOptions(StrictModel):
                     "default (every stage charged as the busiest rank): it about triples the "
                     "seed search latency (0.12 -> 0.49 s warm). A MoE model keeps even splits except "
                     "where its layers do not divide over the pp x vpp chunks: there a first/last "
-                    "split (solver.search.moe_split; Megatron-Core only), as with moe_splits.")
+                    "split (solver.search.moe_split; Megatron-Core and torchtitan), as with moe_splits.")
     moe_splits: bool = Field(
         default=False,
         description="Mixture-of-experts models: where the layers do not divide over a layout's pp x vpp "
                     "chunks, give it the first/last pipeline split its framework writes (Megatron-Core "
-                    "--decoder-first/last-pipeline-num-layers or --pipeline-model-parallel-layout; "
-                    "torchtitan and DeepSpeed keep the even rule), every stage charged separately "
-                    "(solver.search.moe_split); dense models are unaffected. Off by default in `search` and "
-                    "/v1/layouts (latency: a DeepSeek-V3 search on 2048 H800 takes several seconds with it, "
-                    "about 1 s without, README); `plan` and /v1/plans turn it on unless the options say.")
+                    "--decoder-first/last-pipeline-num-layers or --pipeline-model-parallel-layout, "
+                    "torchtitan module_fqns_per_model_part; DeepSpeed keeps the even rule), every stage "
+                    "charged separately (solver.search.moe_split); dense models are unaffected. Off by "
+                    "default in `search` and /v1/layouts (latency: a DeepSeek-V3 search on 2048 H800 takes "
+                    "several seconds with it, about 1 s without, README); `plan` and /v1/plans turn it on "
+                    "unless the options say.")
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         default=(0, 1, 2, 3), min_length=1, strict=False,  # a JSON list is accepted
         description="ZeRO stages the search may use.")
