@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from solver.errors import SolverTimeoutError
+from solver.errors import SolverTimeoutError, SpecError
 from solver.search.cpsat import LayoutModel, make_solver
 from solver.search.options import SearchOptions
 from solver.search.rules import gpu_target
@@ -242,15 +242,21 @@ def fix_shorter_sequence(model, cluster, training, options, cost_options=None,
 
 def fix_bigger_gpu(model, cluster, training, options, cost_options=None,
                    deadline: float | None = None) -> dict[str, Any] | None:
-    """The catalog GPU with the least memory above the current one that makes a layout fit."""
+    """The catalog GPU with the least memory above the current one that makes a layout fit. A GPU
+    the training cannot run on (its FP8 recipe needs a compute capability the GPU lacks or does
+    not state, e.g. mxfp8 on an MI300X) is no fix and is passed over: its SpecError named a GPU
+    the user never gave and replaced the whole explanation."""
     from topology.catalog import load_gpu, preset_names
 
     gpus = sorted((load_gpu(n) for n in preset_names("gpus")), key=lambda g: g.memory_gb)
     for gpu in gpus:
         if gpu.memory_gb <= cluster.gpu.memory_gb:
             continue
-        best = fitting_layout(model, cluster.model_copy(update={"gpu": gpu}), training, options,
-                              cost_options, deadline=deadline)
+        try:
+            best = fitting_layout(model, cluster.model_copy(update={"gpu": gpu}), training, options,
+                                  cost_options, deadline=deadline)
+        except SpecError:
+            continue
         if best is not None:
             return {"change": "bigger_gpu", "gpu": gpu.name, "memory_gb": gpu.memory_gb, "layout": best}
     return None
