@@ -1,9 +1,9 @@
 """The audit of benchmarks/audit_rank1.py on the plan route: rank 1 of `trainplan plan` and of
 POST /v1/plans, which search with the plan's own defaults (solver.layouts.default_plan_options:
 both rank orders on an explicit fabric; solver.search.api.plan_options: MoE first/last splits
-on), exported as a scheduler or an engineer would export it: the plan's layout entry (its
-LayoutSpec fields, `pipeline_layers` included) and its `pipeline_split`, through the same
-launcher and the same checks as the search's rank 1 (tests/service/framework_semantics.py).
+on), and the launch both return for it (`launch`, service.launchers.plan_launch: the plan's
+layout entry, `pipeline_layers` included, and its `pipeline_split` through the framework's
+launcher), through the same checks as the search's rank 1 (tests/service/framework_semantics.py).
 
 Two checks the search audit has no need of: the plan's entry must state the memory and step
 time the cost model gives the layout it exports (an entry that lost its split or its rank order
@@ -64,7 +64,7 @@ def _stated_agrees(entry: dict[str, Any], estimate: dict[str, Any]) -> list[str]
 def plan_audit(p: Any, framework: str, route: str = "cli") -> dict[str, Any]:
     """One problem on one framework through the plan route: the outcome and every mismatch."""
     from benchmarks.audit_rank1 import _spec
-    from service.launchers import export_layout, framework_rules, rank_placement
+    from service.launchers import export_layout, framework_rules, plan_launch, rank_placement
     from solver.cost.estimate import estimate_layout
     from solver.errors import InfeasibleError, SpecError
     from solver.plan import layout_fields
@@ -89,10 +89,15 @@ def plan_audit(p: Any, framework: str, route: str = "cli") -> dict[str, Any]:
     rules = framework_rules(framework, model, training, layout, split)
     if rules:
         return {**out, "outcome": "rank1_refused_by_export", "mismatches": [f"{f}: {r}" for f, r in rules]}
-    try:
-        launch = export_layout(framework, model, training, layout, rank_placement(cluster, layout), split)
+    try:  # the plan's own `launch` (what both routes return), then the launch of its layout alone
+        launch = plan_launch(model, cluster, training, best)
+        again = export_layout(framework, model, training, layout, rank_placement(cluster, layout), split)
     except (SpecError, ValueError) as exc:
         return {**out, "outcome": "export_failed", "mismatches": [f"export raised: {exc}"[:400]]}
+    if "refused" in launch:
+        return {**out, "outcome": "rank1_refused_by_export", "mismatches": [launch["refused"][:400]]}
+    if {k: v for k, v in launch.items() if k not in ("framework", "rank", "placement")} != again:
+        return {**out, "outcome": "exported", "mismatches": ["the plan's launch is not its layout's export"]}
     estimate = estimate_layout(model, cluster, training, layout).as_dict()
     found = _stated_agrees(best, estimate)
     found += export_mismatches(framework, model, cluster, training, layout, split, estimate, launch)

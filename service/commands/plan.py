@@ -8,9 +8,9 @@ from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
 from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
 from service.render_md import render_plan
+from service.routers.solving import launched_plan
 from solver.errors import Problem, SpecError
 from solver.layouts import default_plan_options
-from solver.plan import build_plan
 from solver.presets import load_model, load_training, preset_names
 
 
@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
     options = None if args.moe_splits else default_plan_options(cluster, moe_splits=False)
-    plan = build_plan(model, cluster, training, search_options=options,
-                      **cost_kwargs(profile_for(args, training.framework)))
+    plan = launched_plan(model, cluster, training, options, **cost_kwargs(profile_for(args, training.framework)))
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

@@ -25,7 +25,7 @@ from solver.errors import SpecError
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 
 __all__ = ["BLOCKS", "RANKS_LISTED_MAX", "deepspeed_config", "export_layout", "framework_rules", "launchers",
-           "megatron_args", "megatron_command", "megatron_env", "rank_placement", "refusal",
+           "megatron_args", "megatron_command", "megatron_env", "plan_launch", "rank_placement", "refusal",
            "torchrun_args", "torchtitan_settings"]
 
 # launch-block key of each framework in `launchers`
@@ -87,3 +87,20 @@ def launchers(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec, placement: dict
         except SpecError as exc:
             out[key] = refusal(exc)
     return out
+
+
+def plan_launch(m: ModelSpec, cluster: Any, t: TrainingSpec, entry: dict[str, Any]) -> dict[str, Any]:
+    """The launch of a plan's recommended layout (`entry`: its layouts[0], LayoutSpec fields with
+    pipeline_layers and pipeline_split) in the framework training.framework names: that
+    framework's block (export_layout) or its refusal naming the rule, and the placement. What
+    `trainplan plan` and POST /v1/plans return as `launch`, so the layout ranked first is the
+    one launched (benchmarks/audit_plan.py checks it)."""
+    from solver.plan import layout_fields
+
+    layout = LayoutSpec.model_validate(layout_fields(entry), strict=False)
+    placement = rank_placement(cluster, layout)
+    try:
+        block = export_layout(t.framework, m, t, layout, placement, entry.get("pipeline_split"))
+    except SpecError as exc:
+        block = refusal(exc)
+    return {"framework": t.framework, "rank": entry.get("rank", 1), **block, "placement": placement}

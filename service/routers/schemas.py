@@ -186,6 +186,9 @@ class PlanOut(_Out):
     links: PlanLinks
     layouts: list[dict[str, Any]]
     parameters: dict[str, Any]
+    launch: dict[str, Any] | None = Field(
+        default=None, description="The launch of layouts[0] in training.framework (as POST /v1/layouts' "
+                                  "`launch`, or `{refused, problems}` naming the rule) and its `placement`.")
 
 
 class EstimateOut(_Out):

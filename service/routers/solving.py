@@ -83,10 +83,19 @@ def run_plan(model, cluster, training, options, profile: Any = None) -> dict[str
 
     Raises: InfeasibleError, SpecError, SolverTimeoutError.
     """
+    cost = {} if profile is None else {"cost_options": profile.options, "step_band": profile.step_band}
+    return launched_plan(model, cluster, training, options, **cost)
+
+
+def launched_plan(model, cluster, training, options: Any = None, **cost: Any) -> dict[str, Any]:
+    """solver.plan.build_plan with `launch`, the launch of its rank 1 in training.framework
+    (service.launchers.plan_launch): the plan of `trainplan plan` and POST /v1/plans."""
+    from service.launchers import plan_launch
     from solver.plan import build_plan
 
-    cost = {} if profile is None else {"cost_options": profile.options, "step_band": profile.step_band}
-    return build_plan(model, cluster, training, search_options=options, **cost)
+    plan = build_plan(model, cluster, training, search_options=options, **cost)
+    plan["launch"] = plan_launch(model, cluster, training, plan["layouts"][0])
+    return plan
 
 
 def run_estimate(model, cluster, training, layout, profile: Any = None) -> dict[str, Any]:

@@ -97,3 +97,21 @@ def test_a_moe_scaling_grid_row_is_the_layout_it_was_costed_as():
     est = estimate_layout(model, cluster, training, layout)
     assert est.memory_per_gpu_bytes["total"] == row["memory_per_gpu_bytes"]
     assert est.step_time_s == row["step_time_s"]
+
+
+def test_an_infeasible_fp8_plan_is_explained_not_refused_for_a_gpu_never_named():
+    """Found by the plan audit (--plan http --random 30 --seed 6: Llama 3 405B, 128k tokens, MXFP8 on
+    4,096 B200): when nothing fits, the plan's search explains it (explain_infeasible), and the
+    'bigger GPU' fix tried every catalog GPU with more memory; MXFP8 needs compute capability
+    >= 10.0 (Transformer Engine quantization.py L149-185 d0067d0), which the MI300X does not
+    state, so that candidate raised a SpecError naming cluster.gpu.compute_capability of
+    'mi300x-192gb' and `trainplan plan` / `search` exited 2 (HTTP 422) instead of 3 with the
+    explanation. Here on 8 B200 (the lightest layout needs 920.8 GB per GPU): the GB200 and both
+    MI300-series GPUs are passed over and no bigger-GPU fix is found."""
+    from solver.search.explain import fix_bigger_gpu
+    from solver.search.options import SearchOptions
+
+    model, cluster, training = _spec(Problem("llama3-405b", "hgx-b200-cluster", 1, 8192, 128, fp8=True),
+                                     "megatron-core")
+    assert training.compute_precision == "mxfp8"
+    assert fix_bigger_gpu(model, cluster, training, SearchOptions()) is None

@@ -262,7 +262,7 @@ def test_estimate_equals_cli(client, capsys):
     assert http == json.loads(json.dumps(cli))
 
 
-def test_plan_layouts_equal_cli(client, capsys, tmp_path):
+def test_plan_layouts_equal_cli(make_client, capsys, tmp_path):
     """POST /v1/plans ranks the same layouts as `trainplan plan` (timings aside), also on an
     explicit fabric, where the CLI searches both rank orders (solver.layouts.default_plan_options)
     and the HTTP plan used to search one under the server's capped options: Llama 3 70B on 20
@@ -284,12 +284,16 @@ def test_plan_layouts_equal_cli(client, capsys, tmp_path):
     assert main(["plan", "--model", "llama3-70b", "--cluster", str(tmp_path / "cluster.json"), "--training",
                  str(tmp_path / "training.json"), "--format", "json"]) == 0
     cli = json.loads(capsys.readouterr().out)
+    client = make_client(max_time_limit_s=60)  # a loaded machine: the whole plan in 5 s is too tight
     http = client.post("/v1/plans", json=job).json()
     key = lambda plan: [tuple(e[k] for k in LAYOUT_FIELDS) for e in plan["layouts"]]  # noqa: E731
     assert key(http) == key(cli)
     assert http["layouts"][0]["rank_order"] == "tp-cp-pp-dp"
-    for section in ("parameters", "memory", "flops", "time", "batch", "communication"):
+    for section in ("parameters", "memory", "flops", "time", "batch", "communication", "launch"):
         assert http[section] == cli[section], section
+    # the launch both return is rank 1's: Megatron-LM's TP-PP-DP rank mapping for tp-cp-pp-dp
+    assert http["launch"]["framework"] == "megatron-core" and "--use-tp-pp-dp-mapping" in http["launch"]["args"]
+    assert http["launch"]["placement"]["order"] == "tp-cp-pp-dp"
 
 
 def test_openapi_documents_the_error_body(client):
