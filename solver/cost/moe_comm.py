@@ -166,16 +166,29 @@ def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recomput
                       ep: int, etp: int) -> tuple[float, float]:
     """(compute beyond the dense layer, the MoE block's forward + backward) seconds, one
     micro-batch (moe_layer_extra_s)."""
+    fwd, once, block, redo_moe_act, redo_mlp = _compute_parts(ctx, tp, cp, micro_batch, ep, etp)
+    compute = once + (fwd if recompute == "full" else 0.0)
+    if recompute == "selective":  # moe_act's activation again (moemem: solver.cost.recompute)
+        compute += redo_moe_act
+        compute -= redo_mlp  # no dense MLP to redo
+    return compute, block
+
+
+@lru_cache(maxsize=65536)
+def _compute_parts(ctx: CostContext, tp: int, cp: int, micro_batch: int, ep: int,
+                   etp: int) -> tuple[float, float, float, float, float]:
+    """moe_layer_compute's terms, which do not depend on the recompute level (memoized: the
+    search asks for each level of every (tp, cp, micro_batch, ep, etp)): the block's forward
+    beyond the dense FFN's, the compute beyond the dense layer's without recompute, the
+    block's forward + backward, and selective recompute's two terms."""
     blk = block_times(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
     dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
     fwd = blk.forward_s - dense_f
-    compute = fwd + blk.backward_s - dense_b + (fwd if recompute == "full" else 0.0)
-    if recompute == "selective":  # moe_act's activation again (moemem: solver.cost.recompute)
-        sh = ML.expert_shape(ctx.model, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch,
-                             ep=ep, etp=etp)
-        compute += moe_act_recompute_s(ctx, routed_rows=sh.busy_rows * sh.local_experts, width=sh.width)
-        compute -= mlp_recompute_s(ctx, tp=tp, cp=cp, micro_batch=micro_batch)  # no dense MLP to redo
-    return compute, blk.forward_s + blk.backward_s
+    sh = ML.expert_shape(ctx.model, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch,
+                         ep=ep, etp=etp)
+    return (fwd, fwd + blk.backward_s - dense_b, blk.forward_s + blk.backward_s,
+            moe_act_recompute_s(ctx, routed_rows=sh.busy_rows * sh.local_experts, width=sh.width),
+            mlp_recompute_s(ctx, tp=tp, cp=cp, micro_batch=micro_batch))
 
 
 def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,

@@ -12,7 +12,7 @@ source or a GPU name; benchmarks/accuracy.py reproduces the per-case errors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from solver.errors import SpecError
@@ -126,6 +126,19 @@ class CostOptions:
                 raise SpecError(f"options.{name}: must be in (0, 2], got {getattr(self, name)}")
         if not 0 <= self.memory_margin_fraction < 1:
             raise SpecError("options.memory_margin_fraction: must be in [0, 1)")
+
+    def __hash__(self) -> int:
+        """The fields' hash (what the dataclass would return), computed once: the memoized cost
+        terms key on the options, some of them tens of thousands of times per search."""
+        try:
+            return self._hash  # type: ignore[attr-defined]
+        except AttributeError:
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+            return self._hash  # type: ignore[attr-defined]
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cached hash (another process computes its own)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 DEFAULT_OPTIONS = CostOptions()

@@ -193,9 +193,17 @@ def compose_memory(terms: MemoryTerms) -> dict[str, float]:
         "activations": terms.activations, "logits": terms.logits,
         "comm_buffers": terms.comm_buffers, "framework_overhead": terms.framework_overhead,
     }
-    out["total"] = (out["model_state"] + terms.activations + terms.logits + terms.comm_buffers
-                    + terms.framework_overhead)
+    out["total"] = total_bytes(terms.weights, terms.gradients, terms.optimizer, terms.activations, terms.logits,
+                               terms.comm_buffers, terms.framework_overhead)
     return out
+
+
+def total_bytes(weights: float, gradients: float, optimizer: float, activations: float, logits: float,
+                comm_buffers: float, framework_overhead: float) -> float:
+    """compose_memory's total from the terms' values, bytes per GPU: the model state
+    (weights + gradients + optimizer) plus the rest, summed in this order (the search's fit
+    test calls it without building the terms, solver.search.terms._Terms.memory_total)."""
+    return weights + gradients + optimizer + activations + logits + comm_buffers + framework_overhead
 
 
 def usable_memory_bytes(ctx: CostContext) -> float:

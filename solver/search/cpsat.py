@@ -180,9 +180,12 @@ class LayoutModel:
         """The searched ZeRO stages the framework runs with these degrees (shard rows; memoized)."""
         key = (tp, pp, cp, dp, ep, etp) if etp != rules.DENSE_ETP else (tp, pp, cp)
         if key not in self._zero:
-            self._zero[key] = tuple(z for z in self.values["zero_stage"]
-                                    if rules.framework_shard_ok(self.training, tp, pp, cp, z)
-                                    and rules.framework_expert_shard_ok(self.training, tp, cp, dp, z, ep, etp))
+            dense = self._zero.get((tp, pp, cp))  # the dense rule reads tp, pp and cp only
+            if dense is None:
+                dense = self._zero[(tp, pp, cp)] = tuple(
+                    z for z in self.values["zero_stage"] if rules.framework_shard_ok(self.training, tp, pp, cp, z))
+            self._zero[key] = tuple(z for z in dense
+                                    if rules.framework_expert_shard_ok(self.training, tp, cp, dp, z, ep, etp))
         return self._zero[key]
 
     def degree_rows(self) -> list[tuple[int, int, int, int]]:

@@ -33,9 +33,9 @@ from solver.cost.estimate import make_context
 from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_comm_s, moe_layer_compute, overlap_applies
 from solver.cost.moe_layer import moe_layer_mask
 from solver.cost.mtp import mtp_s
-from solver.cost.step_memory import moe_activation_extra_of, mtp_activation_bytes
+from solver.cost.step_memory import moe_activation_extra_of, mtp_activation_bytes, total_bytes
 from solver.cost.step import (
-    MemoryTerms, TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
+    TimeTerms, chosen_split, compose_memory, compose_split_step_time, compose_step_time,
     dominant_stages, memory_aware_split, stage_layer_limits, stage_memory_terms, stage_profile, stage_state,
     usable_memory_bytes,
 )
@@ -275,10 +275,9 @@ class _Terms:
 
     @staticmethod
     def memory_total(rest: tuple[float, ...], activations: float) -> float:
-        """step.compose_memory's total, summed in the same order."""
+        """step.compose_memory's total (step_memory.total_bytes, the same sum)."""
         w, g, o, logits, comm, overhead = rest
-        terms = MemoryTerms(w, g, o, activations, logits, comm, overhead)
-        return compose_memory(terms)["total"]
+        return total_bytes(w, g, o, activations, logits, comm, overhead)
 
     def _dp_opt(self, tp, cp, dp, pp, zero_stage, m, ep=1, etp=DENSE_ETP) -> float:
         """dp_exposed_s + optimizer_s of one step with m micro-batches per replica."""
