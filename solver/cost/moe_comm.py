@@ -103,39 +103,57 @@ def moe_layer_comm(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: R
     the dense FFN that a MoE layer without shared experts does not run (about half of the
     layer's TP time: its FFN all-gather + reduce-scatter pair of the two; shared experts are a
     TP-split MLP with the same pair, so with them nothing changes)."""
-    edp = tp * cp * dp // (ep * etp)
-    lk = expert_links(ctx, etp=etp, ep=ep, edp=edp, pp=pp)
-    msg = dispatch_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)
-    a2a = alltoall_time_s(msg, lk["ep"]) if ep > 1 else 0.0
+    a2a, etp_pair_s, routing = _comm_once(ctx, tp, cp, micro_batch, ep, etp, dp, pp)
     count = 4 + (2 if recompute == "full" else 0)
-    gathered = msg * etp  # rows after the expert-TP all-gather, full buffer
-    etp_s = (allgather_s(gathered, lk["etp"]) + reduce_scatter_s(gathered, lk["etp"])) if etp > 1 else 0.0
     drop = 0.0
     e = ctx.model.moe
     assert e is not None
     if e.shared_experts == 0:
         drop = -0.5 * layer_tp_comm_s(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
-    return MoELayerComm(a2a, count, etp_s * count / 2, drop,
-                        _routing_s(ctx, msg, lk["ep"], count, tp=tp, cp=cp, ep=ep, etp=etp, edp=edp, pp=pp))
+    return MoELayerComm(a2a, count, etp_pair_s * count / 2, drop, _routing_s(routing, count))
 
 
-def _routing_s(ctx: CostContext, dispatch: float, ep_link: GroupLink, count: int, *, tp: int, cp: int,
-               ep: int, etp: int, edp: int, pp: int) -> float:
-    """The dispatcher's small collectives per micro-batch (token_dispatcher.py d98e8a64):
-    the routing probabilities go to the experts in their own all-to-all after the tokens'
-    (token_dispatch, global_probs; FP32, t x k x 4 bytes = dispatch / (D / 2)), forward and
-    backward; before each forward dispatch the per-expert token counts are all-gathered over
-    the expert TP x EP group (preprocess, gather_from_sequence_parallel_region over
-    tp_ep_group: E x 8 bytes per rank) to size the all-to-all. Both latency-bound on large
-    EP groups; full recompute repeats the forward ones."""
+@lru_cache(maxsize=65536)
+def _comm_once(ctx: CostContext, tp: int, cp: int, micro_batch: int, ep: int, etp: int, dp: int,
+               pp: int) -> tuple[float, float, tuple[float, float] | None]:
+    """moe_layer_comm's collectives, once each (they do not depend on the recompute level,
+    which only sets how many run: memoized apart): one all-to-all of the tokens, one expert-TP
+    all-gather + reduce-scatter of the gathered rows, and _routing_s's two collectives."""
+    edp = tp * cp * dp // (ep * etp)
+    lk = expert_links(ctx, etp=etp, ep=ep, edp=edp, pp=pp)
+    msg = dispatch_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch)
+    a2a = alltoall_time_s(msg, lk["ep"]) if ep > 1 else 0.0
+    gathered = msg * etp  # rows after the expert-TP all-gather, full buffer
+    etp_s = (allgather_s(gathered, lk["etp"]) + reduce_scatter_s(gathered, lk["etp"])) if etp > 1 else 0.0
+    return a2a, etp_s, _routing_once(ctx, msg, lk["ep"], tp=tp, cp=cp, ep=ep, etp=etp, edp=edp, pp=pp)
+
+
+def _routing_once(ctx: CostContext, dispatch: float, ep_link: GroupLink, *, tp: int, cp: int,
+                  ep: int, etp: int, edp: int, pp: int) -> tuple[float, float] | None:
+    """The dispatcher's small collectives, one of each (None: EP x ETP = 1, none run): the
+    routing probabilities go to the experts in their own all-to-all after the tokens'
+    (token_dispatcher.py d98e8a64 token_dispatch, global_probs; FP32, t x k x 4 bytes =
+    dispatch / (D / 2)); before each forward dispatch the per-expert token counts are
+    all-gathered over the expert TP x EP group (preprocess, gather_from_sequence_parallel_region
+    over tp_ep_group: E x 8 bytes per rank) to size the all-to-all. Both latency-bound on
+    large EP groups."""
     if ep * etp == 1:
-        return 0.0
+        return None
     e = ctx.model.moe
     assert e is not None
-    forward = count // 2 - 1  # 1, or 2 under full recompute
     probs = alltoall_time_s(dispatch * 4 / (2 * ctx.model.hidden), ep_link) if ep > 1 else 0.0
     group = achieved_link(group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"], ctx.options)
-    counts = allgather_s(8.0 * e.experts * etp * ep, group)
+    return probs, allgather_s(8.0 * e.experts * etp * ep, group)
+
+
+def _routing_s(routing: tuple[float, float] | None, count: int) -> float:
+    """The routing collectives per micro-batch (_routing_once): the probabilities' all-to-all
+    forward and backward, the token counts' all-gather before each forward dispatch; full
+    recompute (count 6) repeats the forward ones."""
+    if routing is None:
+        return 0.0
+    probs, counts = routing
+    forward = count // 2 - 1  # 1, or 2 under full recompute
     return (forward + 1) * probs + forward * counts
 
 

@@ -31,7 +31,7 @@ CUTLASS grouped GEMM, --moe-grouped-gemm). grouped_gemm_time_s is max(compute, H
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 from functools import lru_cache
 
 from solver.cost import compute as C
@@ -68,9 +68,9 @@ def load_imbalance(training: TrainingSpec) -> tuple[float, str]:
     return DEFAULT_LOAD_IMBALANCE, LOAD_IMBALANCE_BASIS
 
 
-@dataclass(frozen=True)
-class ExpertShape:
-    """Per-GPU shapes of one MoE block for one micro-batch."""
+class ExpertShape(NamedTuple):
+    """Per-GPU shapes of one MoE block for one micro-batch (a NamedTuple: built for every
+    layout shape a search tries, and a tuple is the cheapest immutable record to build)."""
 
     tokens: float            # t: tokens the rank routes (its sequence-parallel shard)
     local_experts: int       # E / ep
@@ -128,9 +128,9 @@ def _grouped_fwd_bwd_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: 
             grouped_gemm_time_s(groups, m, k, n, gpu, opts, fp8) + grouped_gemm_time_s(groups, k, n, m, gpu, opts, fp8))
 
 
-@dataclass(frozen=True)
-class MoEBlockTimes:
-    """One MoE block (router, routed and shared experts, permutation) minus nothing: seconds."""
+class MoEBlockTimes(NamedTuple):
+    """One MoE block (router, routed and shared experts, permutation) minus nothing: seconds
+    (a NamedTuple, as ExpertShape)."""
 
     expert_fwd_s: float      # routed-expert grouped GEMMs at the busiest rank's rows
     expert_bwd_s: float
