@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from solver.cost import moe_layer as ML
+from solver.cost import shared_times
 from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
 from solver.cost import terms as T
@@ -315,15 +316,21 @@ def paired_fraction(*, pp: int, vpp: int, grad_accum: int) -> float:
 @lru_cache(maxsize=65536)
 def block_times(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ML.MoEBlockTimes:
     """moe_layer.moe_block_times for this problem, memoized per (tp, cp, mb, ep, etp): it does
-    not depend on dp, pp or the links, so a search's tables compute it once per such tuple."""
-    return ML.moe_block_times(ctx.model, ctx.seq_len, imbalance(ctx), ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
-                              micro_batch=micro_batch, ep=ep, etp=etp, fp8=ctx.fp8_work)
+    not depend on dp, pp or the links, so a search's tables compute it once per such tuple.
+    Its inputs beyond those (model, sequence length, GPU, cost options, FP8 work, load
+    imbalance) are its arguments: another problem with the same ones shares the value
+    (solver.cost.shared_times)."""
+    factor = imbalance(ctx)
+    return shared_times.GPU_TIMES.get(ctx, ("moe_block", factor, tp, cp, micro_batch, ep, etp), lambda: (
+        ML.moe_block_times(ctx.model, ctx.seq_len, factor, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
+                           micro_batch=micro_batch, ep=ep, etp=etp, fp8=ctx.fp8_work)))
 
 
 @lru_cache(maxsize=65536)
 def _dense_ffn(ctx: CostContext, tp: int, cp: int, micro_batch: int) -> tuple[float, float]:
-    return ML.dense_ffn_times(ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
-                              micro_batch=micro_batch, fp8=ctx.fp8_work)
+    """moe_layer.dense_ffn_times for this problem (shared by value as block_times)."""
+    return shared_times.GPU_TIMES.get(ctx, ("dense_ffn", tp, cp, micro_batch), lambda: ML.dense_ffn_times(
+        ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp, micro_batch=micro_batch, fp8=ctx.fp8_work))
 
 
 def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:

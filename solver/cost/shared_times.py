@@ -5,7 +5,10 @@ attention kernel, the GPU, the cost options and the FP8 work: not the cluster's 
 links, nor the batch. Another problem with those equal (a planner trying cluster sizes,
 networks or batch sizes for one model and GPU) reuses them instead of computing them again
 (about a fifth of the CPU of such a /v1/layouts request). The values are the functions' own
-results: no prediction changes.
+results: no prediction changes. A MoE model's block and dense-FFN times
+(solver.cost.moe_comm.block_times, _dense_ffn: moe_layer.moe_block_times and dense_ffn_times,
+whose arguments are those inputs and the load imbalance, which their keys carry) are shared
+the same way.
 """
 from __future__ import annotations
 

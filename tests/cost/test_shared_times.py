@@ -45,3 +45,25 @@ def test_bounded_and_cleared():
     assert values == [0, 10, 20] and shared.cache_info()[3] == 1  # emptied when full, then 20 stored
     shared.cache_clear()
     assert shared.cache_info()[3] == 0
+
+
+def test_moe_block_times_are_shared_by_value_and_keyed_on_the_load_imbalance():
+    from solver.cost import moe_comm as MC
+    from solver.cost import moe_layer as ML
+
+    model = load_model("tests/fixtures/hf/mixtral-8x22b/config.json")
+    cluster = load_cluster("dgx-h100-superpod")
+    training = TRAINING.model_copy(update={"seq_len": 4096})
+    a = make_context(model, cluster.model_copy(update={"nodes": 64}), training)
+    b = make_context(model, cluster.model_copy(update={"nodes": 32}), training)
+    c = make_context(model, cluster, training.model_copy(update={"moe_load_imbalance": 1.5}))
+    kw = {"tp": 2, "cp": 1, "micro_batch": 1, "ep": 8, "etp": 1}
+    GPU_TIMES.cache_clear()
+    direct = ML.moe_block_times(model, 4096, MC.imbalance(a), cluster.gpu, a.options, **kw, fp8=a.fp8_work)
+    assert MC.block_times(a, **kw) == direct
+    hits = GPU_TIMES.hits
+    assert MC.block_times(b, **kw) == direct and GPU_TIMES.hits == hits + 1  # another cluster size: shared
+    assert MC.block_times(c, **kw) == ML.moe_block_times(model, 4096, 1.5, cluster.gpu, c.options, **kw,
+                                                         fp8=c.fp8_work) != direct  # its own imbalance
+    assert MC._dense_ffn(b, 2, 1, 1) == ML.dense_ffn_times(model, 4096, cluster.gpu, b.options, tp=2, cp=1,
+                                                            micro_batch=1, fp8=b.fp8_work)
