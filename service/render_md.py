@@ -365,13 +365,29 @@ def _warnings(items: list[str]) -> list[str]:
         [""] if items else [])
 
 
+def _launch(plan: dict[str, Any]) -> list[str]:
+    """Rank 1's launch line in the plan's framework (Megatron-LM and torchtitan: the torchrun line;
+    DeepSpeed: the `deepspeed` line), or the framework's refusal; the whole artifact is `launch` in
+    `--format json` (service.launchers.plan_launch)."""
+    launch = plan.get("launch")
+    if not launch:
+        return []
+    out = ["", f"## Launch of the recommended layout ({launch['framework']})", ""]
+    if "refused" in launch:
+        return out + [f"{launch['framework']} refuses it: {launch['refused']}"]
+    line = launch.get("command") or launch.get("launcher", "")
+    return out + ["```sh", line, "```", "", "The framework's own configuration (config module, DeepSpeed JSON) "
+                  "and the rank placement: `launch` in `--format json`."]
+
+
 def render_plan(plan: dict[str, Any]) -> str:
     """The whole plan as Markdown, in the seed's order, sections numbered."""
     i = plan["inputs"]
     head = [f"# Training plan: {i['model']['name']} on {i['cluster']['name']} "
             f"({plan['time']['gpus']} x {i['cluster']['gpu']['name']})", ""] + _warnings(plan.get("warnings", []))
     lines = (_parameters(plan["parameters"]) + _memory(plan["memory"])
-             + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan) + _reference(plan)
+             + _compute(plan["flops"], plan["time"]) + _ladder(plan) + _ranked(plan) + _launch(plan)
+             + _reference(plan)
              + _batch_comm(plan["batch"], plan["communication"]) + _stages(plan)
              + _risk(plan) + _failures(plan["failure_checks"]) + _assumptions(plan["assumptions"]))
     return "\n".join(head + number_sections(lines))

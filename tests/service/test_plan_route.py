@@ -115,3 +115,14 @@ def test_an_infeasible_fp8_plan_is_explained_not_refused_for_a_gpu_never_named()
                                      "megatron-core")
     assert training.compute_precision == "mxfp8"
     assert fix_bigger_gpu(model, cluster, training, SearchOptions()) is None
+
+
+def test_the_markdown_plan_prints_rank_1s_launch_line():
+    """`trainplan plan` (Markdown) prints the launch line of `launch` or the framework's refusal."""
+    from service.render_md import _launch
+
+    text = "\n".join(_launch({"launch": {"framework": "deepspeed", "launcher": "deepspeed --num_nodes 2 train.py"}}))
+    assert "## Launch of the recommended layout (deepspeed)" in text and "deepspeed --num_nodes 2 train.py" in text
+    refused = "\n".join(_launch({"launch": {"framework": "torchtitan", "refused": "torchtitan: no MLA"}}))
+    assert "torchtitan refuses it: torchtitan: no MLA" in refused
+    assert _launch({}) == []
