@@ -252,9 +252,10 @@ def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> flo
     """LM-head input and loss buffers of one micro-batch on the last stage.
 
     2sbh input to the output layer plus s b V/t logits at the framework's bytes per logit
-    (its profile's memory.logit_bytes, cited there): Megatron-Core 4, as Korthikanti et
-    al. 2022, Sec. 4.3 count 4sbh(1 + V/h)/t for the output layer and cross-entropy (the
-    FP32 softmax reused in place for the gradient); torchtitan 12 (FP32 log-softmax output,
+    (its profile's memory.logit_bytes, cited there): Megatron-Core 6, the BF16 logits beside
+    their FP32 copy at the unfused vocab-parallel loss, then the FP32 gradient beside its BF16
+    cast (Korthikanti et al. 2022, Sec. 4.3 count the 4 bytes of the FP32 softmax kept in
+    between, 4sbh(1 + V/h)/t); torchtitan 12 (FP32 log-softmax output,
     its incoming gradient and the gradient it returns, alive when backward starts). Added
     for every pp: exact for pp = 1, an upper bound on the first and last stages for pp > 1.
     Under TP the profile's memory.logit_bytes_tp where it has one (torchtitan's vocab-parallel
@@ -272,7 +273,8 @@ def mtp_logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) ->
     """One multi-token-prediction depth's output head on the last stage: its LM-head input
     (2sbh) and s b V/t logits at the profile's memory.mtp_logit_bytes (torchtitan 4: each
     depth's MTPLoss keeps its FP32 loss input, the one loss's transient gradients being
-    logits_bytes'); logits_bytes where the profile states none or the training spec states
+    logits_bytes'; Megatron-Core 4: each depth's saved FP32 softmax); logits_bytes where the
+    profile states none or the training spec states
     `logit_bytes`."""
     per_depth = ctx.framework.memory.mtp_logit_bytes
     if per_depth is None or ctx.training.logit_bytes:

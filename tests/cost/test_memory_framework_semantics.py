@@ -26,9 +26,10 @@ def ctx(framework, model="llama3-8b", **model_changes):
 
 def test_logit_bytes_follow_the_framework():
     # Llama 3 8B, h 4096, V 128256, s 8192, b 1, t 1: LM-head input 2 s h = 67,108,864 bytes;
-    # Megatron-Core 4 bytes per logit: 4 x 8192 x 128256 = 4,202,692,608;
-    # torchtitan 12 bytes per logit: 12,608,077,824.
-    assert logits_bytes(ctx("megatron-core"), tp=1, cp=1, micro_batch=1) == 67_108_864 + 4_202_692_608
+    # Megatron-Core 6 bytes per logit (BF16 logits + their FP32 copy at the unfused
+    # vocab-parallel loss): 6 x 8192 x 128256 = 6,304,038,912 (4,202,692,608 at the 4 bytes
+    # charged before); torchtitan 12 bytes per logit: 12,608,077,824.
+    assert logits_bytes(ctx("megatron-core"), tp=1, cp=1, micro_batch=1) == 67_108_864 + 6_304_038_912
     assert logits_bytes(ctx("torchtitan"), tp=1, cp=1, micro_batch=1) == 67_108_864 + 12_608_077_824
 
 

@@ -103,10 +103,10 @@ def test_torchtitan_vocab_parallel_loss_keeps_16_bytes_per_logit_under_tp():
     # input 2 x 8192 x 8192 B plus the logits, 8192 x 128,000 / t of them: 12 B each on one
     # GPU (F.cross_entropy on pred.float()), 16 B under TP (_LossParallelCrossEntropy keeps the
     # FP32 log-probs, a one-hot, their sum with exp and the product alive); Megatron-Core's
-    # vocab-parallel loss 4 B at any TP.
+    # vocab-parallel loss 6 B at any TP (BF16 logits + their FP32 copy).
     head_input, logits = 2 * 8192 * 8192, 8192 * 128_000
     for framework, tp, per_logit in (("torchtitan", 1, 12), ("torchtitan", 8, 16),
-                                     ("megatron-core", 8, 4), ("megatron-core", 1, 4)):
+                                     ("megatron-core", 8, 6), ("megatron-core", 1, 6)):
         ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
                            load_training("seed-300b").model_copy(update={"framework": framework}))
         got = logits_bytes(ctx, tp=tp, cp=1, micro_batch=1)

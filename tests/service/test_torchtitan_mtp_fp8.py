@@ -162,9 +162,11 @@ def test_the_export_writes_the_unchunked_loss_the_memory_model_charges():
 
 def test_each_mtp_depth_keeps_its_fp32_loss_input_on_torchtitan():
     """torchtitan's MTPLoss keeps each depth's FP32 log-softmax (4 bytes per logit) beside the
-    main head's 16 under TP (profile memory.mtp_logit_bytes); Megatron's depths keep the main
-    head's logit_bytes. DeepSeek-V3, TP 2, micro-batch 1, 4096 tokens, by hand:
-    LM-head input 2 x 4096 x 7168 = 58,720,256; logits 4 x 4096 x 129,280 / 2 = 1,059,061,760."""
+    main head's 16 under TP (profile memory.mtp_logit_bytes); Megatron's depths keep their
+    saved FP32 softmax, 4 bytes per logit too, beside the main head's 6 (process_mtp_loss).
+    DeepSeek-V3, TP 2, micro-batch 1, 4096 tokens, by hand: LM-head input 2 x 4096 x 7168
+    = 58,720,256; logits 4 x 4096 x 129,280 / 2 = 1,059,061,760 (main head: 6 x ... =
+    1,588,592,640)."""
     from solver.cost import memory as M
     from solver.cost.estimate import make_context
 
@@ -172,7 +174,8 @@ def test_each_mtp_depth_keeps_its_fp32_loss_input_on_torchtitan():
     titan = make_context(model, clu, TRAIN)
     assert M.mtp_logits_bytes(titan, tp=2, cp=1, micro_batch=1) == 58_720_256 + 1_059_061_760
     mega = make_context(model, clu, TRAIN.model_copy(update={"framework": "megatron-core"}))
-    assert M.mtp_logits_bytes(mega, tp=2, cp=1, micro_batch=1) == M.logits_bytes(mega, tp=2, cp=1, micro_batch=1)
+    assert M.mtp_logits_bytes(mega, tp=2, cp=1, micro_batch=1) == 58_720_256 + 1_059_061_760
+    assert M.logits_bytes(mega, tp=2, cp=1, micro_batch=1) == 58_720_256 + 1_588_592_640
 
 
 @pytest.mark.parametrize(("framework", "zero", "tp", "ep", "ok"), [
