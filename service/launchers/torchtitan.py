@@ -41,9 +41,19 @@ from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 SOURCE = "pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 CONFIG_FN = "trainplan_config"
 # ZeRO stage -> fsdp_reshard_after_forward (configs.py ParallelismConfig; distributed/fsdp.py):
-# 'always' reshards after forward (ZeRO-3), 'never' keeps the gathered weights to backward
-# (ZeRO-2 memory); with PP the stage keeps gradients unsharded (ZeRO-1 memory) either way.
-RESHARD = {1: "default", 2: "never", 3: "always"}
+# 'default' reshards the blocks and the embedding after forward without PP (ZeRO-3;
+# get_fsdp_reshard_after_forward_policy L112-137) and keeps the [norm, lm_head] unit gathered
+# to its backward (apply_fsdp_to_decoder L258-265: reshard only under 'always'), which is what
+# the ZeRO-3 recipe charges (head_unit_unsharded); 'never' keeps the gathered weights to
+# backward (ZeRO-2 memory); with PP the stage keeps gradients unsharded (ZeRO-1 memory) either
+# way. ZeRO-3 under PP (not a torchtitan recipe: the estimate flags it) is written 'always',
+# since 'default' there means no resharding.
+RESHARD = {1: "default", 2: "never", 3: "default"}
+
+
+def reshard_policy(zero_stage: int, pp: int) -> str:
+    """fsdp_reshard_after_forward for a ZeRO stage (RESHARD; 'always' for ZeRO-3 under PP)."""
+    return "always" if zero_stage == 3 and pp > 1 else RESHARD[zero_stage]
 
 
 def torchtitan_rules(m: ModelSpec, layout: LayoutSpec) -> list[tuple[str, str]]:
@@ -95,7 +105,7 @@ def torchtitan_settings(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     if m.moe is not None:  # configs.py ParallelismConfig.expert_parallel_degree (no expert-TP degree)
         par["expert_parallel_degree"] = layout.ep
     if layout.zero_stage:
-        par["fsdp_reshard_after_forward"] = RESHARD[layout.zero_stage]
+        par["fsdp_reshard_after_forward"] = reshard_policy(layout.zero_stage, layout.pp)
     if layout.pp > 1:  # every micro-batch of the step in one pipeline round
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if layout.vpp > 1 else "1F1B"
         par["num_pp_microbatches"] = batch.grad_accum

@@ -142,3 +142,21 @@ def test_llama3_preset_exports_state_its_rope_base(seed_training, seed_cluster):
     lay = LayoutSpec(tp=8, pp=4, dp=16, zero_stage=1, sequence_parallel=True)
     out = export_layout("torchtitan", m, seed_training, lay, rank_placement(seed_cluster, lay))
     assert "theta=500000.0" in out["module"] and not any("rope_base" in n for n in out["notes"])
+
+
+def test_torchtitan_zero3_keeps_the_lm_head_unit_it_is_charged_for(seed_model, seed_training):
+    # The ZeRO-3 recipe charges the [norm, lm_head] unit gathered from its forward to its
+    # backward (head_unit_unsharded, solver/data/frameworks/torchtitan.json), which torchtitan
+    # does under fsdp_reshard_after_forward 'default' without PP: blocks reshard
+    # (get_fsdp_reshard_after_forward_policy -> not pp_enabled), the head unit does not
+    # (apply_fsdp_to_decoder: reshard_after_forward=policy == "always"; pytorch/torchtitan
+    # b5bcd76c distributed/fsdp.py L112-137, L258-265). 'always' would reshard it and gather
+    # it again in backward, another run than the one charged.
+    from solver.frameworks import load_framework
+    assert load_framework("torchtitan").recipe(3, 1).head_unit_unsharded
+    par = torchtitan_settings(seed_model, seed_training, LayoutSpec(tp=8, dp=64, zero_stage=3,
+                                                                    sequence_parallel=True))["parallelism"]
+    assert par["fsdp_reshard_after_forward"] == "default"
+    for zero, pp, want in ((2, 1, "never"), (1, 2, "default"), (3, 2, "always")):
+        lay = LayoutSpec(tp=8, pp=pp, dp=32, zero_stage=zero, sequence_parallel=True)
+        assert torchtitan_settings(seed_model, seed_training, lay)["parallelism"]["fsdp_reshard_after_forward"] == want
