@@ -195,10 +195,11 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     Layers on the rank x in-flight micro-batches x per-layer bytes, plus the embedding's
     stored values (8 s b bytes of token ids and a dropout mask sbh/t per micro-batch;
     Korthikanti Sec. 4.3, Megatron theoretical_memory_usage.py) and, where the pipeline engine
-    keeps them, each in-flight micro-batch's pipe buffers (pipe_buffer_bytes; where rank 1's
-    received inputs make it the busier rank, rank 1's). Full recompute also holds one layer's
-    full activations while that layer is recomputed, op-level selective recompute what that
-    layer did not store (recomputed_layer_bytes).
+    keeps them, each in-flight micro-batch's pipe buffers (pipe_buffer_bytes) and the pipeline
+    stage's per-step buffers (stage_buffer_bytes); where rank 1's buffers make it the busier
+    rank, rank 1's. Full recompute also holds one layer's full activations while that layer is
+    recomputed, op-level selective recompute what that layer did not store
+    (recomputed_layer_bytes).
     """
     per_layer = layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                        micro_batch=micro_batch)
@@ -206,10 +207,12 @@ def activation_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     flight = in_flight_microbatches(pp, vpp, grad_accum)
     embed = embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     pipe = [pipe_buffer_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch, rank=r, pp=pp) for r in (0, 1)]
-    total = per_layer * layers * flight + embed * flight + pipe[0] * flight
-    if pipe[1] and pp > 2 and vpp == 1:  # rank 1 keeps its received inputs too (pipe_buffer_bytes)
+    stage = [stage_buffer_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch, rank=r, pp=pp, vpp=vpp,
+                                grad_accum=grad_accum) for r in (0, 1)]
+    total = per_layer * layers * flight + embed * flight + pipe[0] * flight + stage[0]
+    if (pipe[1] or stage[1]) and pp > 2 and vpp == 1:  # rank 1's buffers may make it the busier
         second = float(min(pp - 1, grad_accum))
-        total = max(total, (per_layer * layers + pipe[1]) * second)
+        total = max(total, (per_layer * layers + pipe[1]) * second + stage[1])
     return total + recomputed_layer_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
 
 
@@ -246,6 +249,33 @@ def pipe_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, r
     s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
     out = ACT_BYTES * s_b_h / tp if rank < pp - 1 else 0.0
     return out + (ACT_BYTES * s_b_h if rank > 0 and tp == 1 else 0.0)
+
+
+def stage_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int, rank: int, pp: int,
+                       vpp: int, grad_accum: int) -> float:
+    """The pipeline stage's own buffers on pipeline rank `rank` for the whole step, bytes
+    (profile memory.stage_recv_buffers; 0 otherwise). PyTorch's PipelineStage (torchtitan's
+    pipeline) allocates, before the first micro-batch, a receive buffer of the stage input for
+    every one of the m micro-batches on every stage but the first (_prepare_forward_infra) and
+    a receive buffer of the stage output's gradient for every micro-batch on every stage but
+    the last (_prepare_backward_infra, _create_grad_recv_info), and keeps each forward's output
+    in fwd_cache until that micro-batch's backward (forward_one_chunk; pytorch/pytorch 0138610
+    torch/distributed/pipelining/stage.py). Each is one boundary tensor, A = s b h / cp BF16,
+    / t with sequence parallelism (the blocks' output is sequence-sharded). An in-flight
+    micro-batch's received input is its first block's saved input, already in the layers'
+    activations. 1F1B, f = min(pp - r, m) in flight on rank r: outputs f A and gradient buffers
+    m A on all but the last rank, inputs (m - f) A on all but the first: rank 0 (m + f) A, the
+    middle ranks 2 m A, the last (m - 1) A. Interleaved: every stage at most 2 m A (in flight
+    outputs and the other inputs m A, gradients m A), 2 v m A on any rank, an upper bound."""
+    flag = ctx.framework.memory.stage_recv_buffers
+    if pp == 1 or flag is None or not flag.value:
+        return 0.0
+    m = grad_accum
+    a = ACT_BYTES * ctx.seq_len / cp * micro_batch * ctx.model.hidden / (tp if sp else 1)
+    if vpp > 1:
+        return 2.0 * vpp * m * a
+    f = min(pp - rank, m)
+    return a * ((m + f if rank < pp - 1 else 0) + (m - f if rank > 0 else 0))
 
 
 def logits_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> float:
@@ -347,11 +377,17 @@ def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage) -> f
     (stage3.py L730-735) plus the staging copy reduce_scatter_coalesced concatenates a
     bucket's gradients into (runtime/comm/coalesced_collectives.py L182-205; stage3.py L1813).
     ZeRO-0 reduces after backward (engine.py allreduce_gradients L2891-2913), outside the
-    activations' peak: the default term. Otherwise two buckets of options.dp_bucket_elements at
-    the gradient dtype (Megatron-Core DDP)."""
+    activations' peak: the default term. Profiles with memory.reduce_in_grad_buffer
+    (Megatron-Core): 0 at ZeRO 0/1, the DDP and distributed-optimizer collectives run in place
+    on the contiguous gradient buffer the recipe charges (NVIDIA/Megatron-LM d98e8a64
+    megatron/core/distributed/param_and_grad_buffer.py L700-731). Otherwise two buckets of
+    options.dp_bucket_elements at the gradient dtype."""
     if dp * cp <= 1:
         return 0.0
-    n = ctx.framework.memory.reduce_buffers
+    mem = ctx.framework.memory
+    if zero <= 1 and mem.reduce_in_grad_buffer is not None and mem.reduce_in_grad_buffer.value:
+        return 0.0
+    n = mem.reduce_buffers
     if n is None or zero == 0:
         return 2 * ctx.options.dp_bucket_elements * ctx.training.precision.grad_bytes
     return n.value * dp_bucket_elements(ctx.options, dp * cp) * BF16_BYTES

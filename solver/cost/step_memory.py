@@ -133,7 +133,8 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
     the first rank's in_flight_microbatches for every rank, an upper bound); the first rank
     also keeps the embedding's stored values (8 s b bytes + the dropout mask s b h / t, as
     memory.activation_bytes), every rank its pipe buffers per micro-batch in flight
-    (memory.pipe_buffer_bytes); full recompute adds one layer's full activations.
+    (memory.pipe_buffer_bytes) and its stage's per-step buffers (memory.stage_buffer_bytes);
+    full recompute adds one layer's full activations.
     """
     per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                          micro_batch=micro_batch)
@@ -148,6 +149,8 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
                   + (pc.final_norm + pc.lm_head if r == pp - 1 else 0))
         pipe = M.pipe_buffer_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch, rank=r, pp=pp)
         act = (per_layer * n + pipe) * flight + (embed * flight if r == 0 else 0.0) + extra
+        act += M.stage_buffer_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch, rank=r, pp=pp, vpp=vpp,
+                                    grad_accum=grad_accum)
         out.append((params, act, r == pp - 1))
     return out
 

@@ -205,11 +205,20 @@ class MemorySemantics(StrictModel):
     # contiguous ipg buffers); None: two DP buckets of options.dp_bucket_elements at the
     # gradient dtype (solver.cost.memory.dp_buffer_bytes)
     reduce_buffers: CitedInt | None = None
+    # the DP reduction runs in place on the contiguous gradient buffer the recipe already
+    # charges (Megatron-Core DDP and distributed optimizer): no bucket buffers at ZeRO 0/1;
+    # None: as reduce_buffers says (solver.cost.memory.dp_buffer_bytes)
+    reduce_in_grad_buffer: CitedBool | None = None
     # each in-flight micro-batch's stage output (s b h BF16, split over TP when TP > 1) is kept
     # by the pipeline engine until its backward (DeepSpeed's pipe_buffers['outputs']), which
     # sends it as is and keeps one receive buffer per direction; None: no such buffers, a send
     # and a receive buffer per direction (solver.cost.memory.pipe_buffer_bytes, pp_buffer_bytes)
     pipe_output_buffers: CitedBool | None = None
+    # the pipeline stage allocates a receive buffer per micro-batch of the step for its input
+    # and for its output's gradient and caches each forward's output until its backward
+    # (PyTorch's PipelineStage, torchtitan); None: no such buffers
+    # (solver.cost.memory.stage_buffer_bytes)
+    stage_recv_buffers: CitedBool | None = None
     recipes: tuple[StateRecipe, ...] = Field(min_length=1, strict=False)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from solver.cost.estimate import make_context
-from solver.cost.memory import comm_buffer_bytes
+from solver.cost.memory import comm_buffer_bytes, dp_buffer_bytes
 from solver.presets import load_model
 from solver.specs import TrainingSpec
 from topology.catalog import load_cluster
@@ -56,7 +56,8 @@ def test_zero_reduce_buffers_are_two_exported_buckets_in_bf16():
     DP 512. Charged: 2 x 512,000,000 x 2 B = 2,048,000,000 bytes at DP 512 (was two 40M buckets
     at the gradient dtype, 160,000,000); at DP 8 2 x 40M x 2 = 160,000,000 even when the
     training spec states 4-byte gradients (the buffers are the model's BF16; was 320,000,000).
-    Megatron-Core keeps its two 40M buckets at the gradient dtype."""
+    Megatron-Core reduces in its gradient buffer at ZeRO 0/1 (no buckets, test_megatron_memory.py)
+    and keeps two 40M buckets at the gradient dtype under Megatron-FSDP."""
     from service.launchers import export_layout, rank_placement
     from solver.specs import LayoutSpec, PrecisionRecipe
     from tests.service.deepspeed_options import deepspeed_config_problems
@@ -66,7 +67,8 @@ def test_zero_reduce_buffers_are_two_exported_buckets_in_bf16():
         assert comm_buffer_bytes(ds, tp=1, cp=1, dp=512, pp=1, sp=False, zero=zero, micro_batch=1) \
             - comm_buffer_bytes(ds, tp=1, cp=1, dp=1, pp=1, sp=False, zero=zero, micro_batch=1) \
             == 2 * 512_000_000 * 2
-    assert comm_buffer_bytes(mc, tp=1, cp=1, dp=512, pp=1, sp=False, zero=1, micro_batch=1) == 2 * 40_000_000 * 2
+    assert comm_buffer_bytes(mc, tp=1, cp=1, dp=512, pp=1, sp=False, zero=1, micro_batch=1) == 0.0
+    assert dp_buffer_bytes(mc, dp=512, cp=1, zero=3) == 2 * 40_000_000 * 2
     fp32_grads = PrecisionRecipe(weight_bytes=2, grad_bytes=4, optimizer_moment_bytes=4, master_weights=True)
     t = ds.training.model_copy(update={"precision": fp32_grads})
     stated = make_context(ds.model, ds.cluster, t)
