@@ -115,7 +115,9 @@ def test_every_bound_level_is_below_every_moe_layout(shared):
     base = moe_model(ffn=128)
     model = base.model_copy(update={"moe": base.moe.model_copy(update={"shared_experts": shared}),
                                     "mtp_layers": shared})
-    seen, empty = check_levels(model, moe_cluster(2, 4, memory_gb=3.45), training(), SearchOptions(**SMALL))
+    # 3.40 GB: Megatron-Core's DP reduction charges no bucket memory at ZeRO 0/1 (it runs in the
+    # gradient buffer), so at the former 3.45 GB every group had a layout that fits
+    seen, empty = check_levels(model, moe_cluster(2, 4, memory_gb=3.40), training(), SearchOptions(**SMALL))
     assert seen == {True, False} and empty > 0
 
 
