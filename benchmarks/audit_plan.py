@@ -63,7 +63,7 @@ def _stated_agrees(entry: dict[str, Any], estimate: dict[str, Any]) -> list[str]
 
 def plan_audit(p: Any, framework: str, route: str = "cli") -> dict[str, Any]:
     """One problem on one framework through the plan route: the outcome and every mismatch."""
-    from benchmarks.audit_rank1 import _spec
+    from benchmarks.audit_rank1 import _spec, search_failure
     from service.launchers import export_layout, framework_rules, plan_launch, rank_placement
     from solver.cost.estimate import estimate_layout
     from solver.errors import InfeasibleError, SpecError
@@ -75,13 +75,8 @@ def plan_audit(p: Any, framework: str, route: str = "cli") -> dict[str, Any]:
     try:
         model, cluster, training = _spec(p, framework)
         summary, best = plan_rank1(model, cluster, training, route_options(route, cluster, dict(p.search)))
-    except SpecError as exc:
-        bad = [q.field for q in exc.problems if not (q.field.startswith(("model.", "training."))
-                                                      and ".py" in q.reason)]
-        return {**out, "outcome": "refused_up_front", "reason": exc.message[:300],
-                "mismatches": [f"refusal without a field and a framework source: {bad}"] if bad else []}
-    except InfeasibleError as exc:
-        return {**out, "outcome": "infeasible", "reason": str(exc)[:200], "mismatches": []}
+    except (SpecError, InfeasibleError) as exc:
+        return search_failure(out, exc)
     layout = LayoutSpec.model_validate(layout_fields(best), strict=False)
     split = best.get("pipeline_split")
     out.update(layout={k: v for k, v in layout.model_dump(mode="json").items() if v is not None},

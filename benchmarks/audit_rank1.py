@@ -217,6 +217,20 @@ def _spec(p: Problem, framework: str) -> tuple[Any, Any, Any]:
     return model, cluster, TrainingSpec(**fields)
 
 
+def search_failure(out: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """The outcome of a problem whose search raised: 'refused_up_front' for a SpecError (a
+    mismatch when a refusal names no field with the framework source it rests on), else
+    'infeasible'."""
+    from solver.errors import SpecError
+
+    if isinstance(exc, SpecError):
+        bad = [q.field for q in exc.problems if not (q.field.startswith(("model.", "training."))
+                                                      and ".py" in q.reason)]
+        return {**out, "outcome": "refused_up_front", "reason": exc.message[:300],
+                "mismatches": [f"refusal without a field and a framework source: {bad}"] if bad else []}
+    return {**out, "outcome": "infeasible", "reason": str(exc)[:200], "mismatches": []}
+
+
 def audit(p: Problem, framework: str) -> dict[str, Any]:
     """One problem on one framework: the outcome ('exported', 'refused_up_front', 'infeasible')
     and every mismatch found (empty when rank 1 runs as exported at the predicted memory)."""
@@ -231,13 +245,8 @@ def audit(p: Problem, framework: str) -> dict[str, Any]:
         model, cluster, training = _spec(p, framework)
         options = {**SEARCH_OPTIONS, **dict(p.search)}
         result = search_layouts(model, cluster, training, options, explain=False).as_dict()
-    except SpecError as exc:
-        bad = [q.field for q in exc.problems if not (q.field.startswith(("model.", "training."))
-                                                      and ".py" in q.reason)]
-        return {**out, "outcome": "refused_up_front", "reason": exc.message[:300],
-                "mismatches": [f"refusal without a field and a framework source: {bad}"] if bad else []}
-    except InfeasibleError as exc:
-        return {**out, "outcome": "infeasible", "reason": str(exc)[:200], "mismatches": []}
+    except (SpecError, InfeasibleError) as exc:
+        return search_failure(out, exc)
     best = result["layouts"][0]
     layout = LayoutSpec.model_validate({k: best[k] for k in LayoutSpec.model_fields if k in best}, strict=False)
     split = best.get("pipeline_split")
