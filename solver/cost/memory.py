@@ -331,8 +331,9 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
                       zero: ZeroStage, micro_batch: int) -> float:
     """Communication buffers per GPU, bytes.
 
-    DP: two gradient buckets in flight (Megatron DDP; DeepSpeed's reduce buffers,
-    dp_buffer_bytes); SP: the all-gathered layer input
+    DP: the gradient-reduction buffers of dp_buffer_bytes (none at ZeRO 0/1 where Megatron's
+    DDP / distributed optimizer reduce inside their gradient buffer; DeepSpeed's reduce
+    buffers; two buckets otherwise); SP: the all-gathered layer input
     (s b h BF16); PP: a send and a receive buffer per direction (2 x 2 x sbh/t; DeepSpeed's
     pipeline engine, pp_buffer_bytes);
     gathered BF16 weights where the framework's recipe has them (ZeRO-3 / FSDP prefetch:
