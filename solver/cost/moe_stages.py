@@ -125,26 +125,40 @@ def rank_flight(pp: int, vpp: int, grad_accum: int) -> list[float]:
 
 
 def activation_parts(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> tuple:
-    """layer_parts, the MTP modules' activations and rank_flight of a layout (the split is not
-    read)."""
+    """layer_parts, the MTP modules' activations, rank_flight and rank_buffers of a layout (the
+    split is not read)."""
     from solver.cost.step_memory import mtp_activation_bytes
     lo = layout
     parts = layer_parts(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                         micro_batch=lo.micro_batch, ep=lo.ep, etp=lo.expert_tp)
-    return (*parts, mtp_activation_bytes(ctx, lo), rank_flight(lo.pp, lo.vpp, grad_accum))
+    flight = rank_flight(lo.pp, lo.vpp, grad_accum)
+    return (*parts, mtp_activation_bytes(ctx, lo), flight,
+            rank_buffers(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, micro_batch=lo.micro_batch, pp=lo.pp,
+                         vpp=lo.vpp, grad_accum=grad_accum, flight=flight))
+
+
+def rank_buffers(ctx: CostContext, *, tp: int, cp: int, sp: bool, micro_batch: int, pp: int, vpp: int,
+                 grad_accum: int, flight: list[float]) -> tuple[float, ...]:
+    """The pipeline's own buffers on every rank, bytes, whatever layers it holds: the pipe
+    buffers of each micro-batch in flight (memory.pipe_buffer_bytes, DeepSpeed) and the
+    stage's per-step buffers (memory.stage_buffer_bytes, torchtitan's PipelineStage), as
+    memory.activation_bytes charges them on even stages."""
+    kw = {"tp": tp, "cp": cp, "micro_batch": micro_batch, "pp": pp}
+    return tuple(flight[r] * M.pipe_buffer_bytes(ctx, rank=r, **kw)
+                 + M.stage_buffer_bytes(ctx, sp=sp, rank=r, vpp=vpp, grad_accum=grad_accum, **kw)
+                 for r in range(pp))
 
 
 def rank_activation_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int,
                           ns: list[int], ks: list[int]) -> list[float]:
     """Activation bytes of every pipeline rank holding ns[r] layers, ks[r] of them MoE (module
     docstring)."""
-    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight = activation_parts(ctx, layout, grad_accum)
+    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight, buffers = activation_parts(
+        ctx, layout, grad_accum)
     out = []
     for r, (n, k) in enumerate(zip(ns, ks, strict=True)):
         last = r == layout.pp - 1
-        pipe = M.pipe_buffer_bytes(ctx, tp=layout.tp, cp=layout.cp, micro_batch=layout.micro_batch, rank=r,
-                                   pp=layout.pp)  # DeepSpeed's pipe buffers (0 elsewhere)
-        act = flight[r] * (n * per_layer + k * per_moe + (embed if r == 0 else 0.0) + pipe) + full
+        act = flight[r] * (n * per_layer + k * per_moe + (embed if r == 0 else 0.0)) + buffers[r] + full
         if full and k:
             act += moe_full
         if last:
@@ -229,14 +243,14 @@ def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, 
     mtp_routed = m.mtp_layers * routed
     sd, sx = state
     copy, (both, ffn, block) = fp8_copy_parts(ctx, tp=tp, ep=ep, etp=etp)
-    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight = acts
+    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight, buffers = acts
     gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp)  # type: ignore[arg-type]
     fixed_other = ctx.options.framework_overhead_bytes + comm_buffers + gathered + full
     base, a, c = [], [], []
     once_moe = (moe_full + dispatch,) * pp
     once_dense = tuple(dispatch if r == pp - 1 and m.mtp_layers else 0.0 for r in range(pp))
     for r in range(pp):
-        dense, experts, extra = 0.0, 0.0, fixed_other
+        dense, experts, extra = 0.0, 0.0, fixed_other + buffers[r]
         if r == 0:
             dense += pc.embedding + pc.position_embedding
             extra += flight[r] * embed
@@ -295,7 +309,7 @@ def floor_state_bytes(parts: tuple, state: tuple[float, float]) -> float:
 def floor_activation_bytes(parts: tuple, acts: tuple) -> float:
     """mean_floor_parts' activation part (bytes; acts: activation_parts)."""
     pp, _, _, layers, n_moe, _ = parts
-    per_layer, per_moe, embed, full, _moe_full, _dispatch, mtp, flight = acts
+    per_layer, per_moe, embed, full, _moe_full, _dispatch, mtp, flight, _buffers = acts
     return (pp * full + flight[0] * embed + mtp + min(flight) * (layers * per_layer + n_moe * per_moe)) / pp
 
 

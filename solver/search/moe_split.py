@@ -59,7 +59,7 @@ from solver.cost.moe_comm import slot_comm_s
 from solver.cost.moe_layer import moe_layer_mask
 from solver.cost.moe_stages import (
     floor_activation_bytes, floor_rest_bytes, floor_state_bytes, fp8_copy_parts, layer_parts, mean_floor_parts,
-    rank_activation_bytes, rank_flight, rank_memory_lines, state_bytes_per_param,
+    rank_activation_bytes, rank_buffers, rank_flight, rank_memory_lines, state_bytes_per_param,
 )
 from solver.cost.state import framework_state_bytes
 from solver.cost.step import TimeTerms, compose_memory, split_memory_terms, stage_extras_s
@@ -260,7 +260,11 @@ def _acts(t, tp: int, pp: int, cp: int, vpp: int, mb: int, sp, rc, ep: int, etp:
     flights = _memo(t, "_split_flight")
     if (pp, vpp, m) not in flights:
         flights[(pp, vpp, m)] = rank_flight(pp, vpp, m)
-    return (*memo[(tp, cp, sp, rc, mb, ep, etp)], flights[(pp, vpp, m)])
+    bufs = _memo(t, "_split_buffers")
+    if (tp, cp, sp, mb, pp, vpp, m) not in bufs:
+        bufs[(tp, cp, sp, mb, pp, vpp, m)] = rank_buffers(t.ctx, tp=tp, cp=cp, sp=bool(sp), micro_batch=mb, pp=pp,
+                                                          vpp=vpp, grad_accum=m, flight=flights[(pp, vpp, m)])
+    return (*memo[(tp, cp, sp, rc, mb, ep, etp)], flights[(pp, vpp, m)], bufs[(tp, cp, sp, mb, pp, vpp, m)])
 
 
 def _copies(t, tp: int, ep: int, etp: int) -> tuple:

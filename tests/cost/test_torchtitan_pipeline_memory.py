@@ -55,3 +55,29 @@ def test_first_rank_activations_carry_its_stage_buffers():
     rank1 = 8 * 3 * full + 128 * A
     assert rank1 > rank0
     assert got == pytest.approx(rank1 + whole)
+
+
+def test_moe_split_ranks_carry_their_stage_buffers():
+    """A MoE model on an explicit (first/last) split is costed rank by rank (moe_stages), and
+    torchtitan's MoE splits are exported (solver.search.moe_split.FIRST_LAST_FRAMEWORKS): each
+    rank's activations carry its stage's buffers as on even stages. Qwen3-30B-A3B (hidden 2048,
+    all 48 layers MoE), seq 4096, micro-batch 1, TP 1: A = 2 x 4096 x 2048 = 16,777,216 bytes.
+    PP 4, m = 8, 1F1B: rank 0 12 A = 201,326,592; ranks 1-2 16 A = 268,435,456; last 7 A =
+    117,440,512. Fails on the code before it (the split path charged none)."""
+    from pathlib import Path
+
+    from solver.cost.moe_stages import activation_parts, rank_activation_bytes
+    from solver.specs import LayoutSpec
+
+    hf = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen3-30b-a3b" / "config.json"
+    training = TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 64, framework="torchtitan")
+    c = CostContext(load_model(str(hf)), load_cluster("seed-512"), training, CostOptions())
+    lo = LayoutSpec(tp=1, pp=4, dp=8, ep=8, etp=1, zero_stage=1, micro_batch=1, recompute="none",
+                    pipeline_layers=[11, 13, 13, 11])
+    ns, ks = [11, 13, 13, 11], [11, 13, 13, 11]
+    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight = activation_parts(c, lo, 8)[:8]
+    layers = [f * (n * per_layer + k * per_moe) for f, n, k in zip(flight, ns, ks, strict=True)]
+    layers[0] += flight[0] * embed
+    expected = [x + dispatch + b for x, b in zip(layers, [201_326_592, 268_435_456, 268_435_456, 117_440_512],
+                                                  strict=True)]
+    assert rank_activation_bytes(c, lo, 8, ns, ks) == pytest.approx(expected, rel=1e-12)
