@@ -1,8 +1,12 @@
 """`trainplan export`: one layout's launch configuration for one framework, checked against
 that framework's rules (a layout it cannot run is refused naming the rule, exit 2).
 
-Without --layout the search runs and the best-ranked layout the framework runs is exported;
-the better-ranked layouts it refused are listed with their rules.
+Without --layout it exports the plan's rank 1: the layout `trainplan plan` ranks first for the
+same model, cluster, training, --framework, --profile and --moe-splits (the plan's own search
+options, service.commands.plan.plan_search_options, MoE first/last splits on by default), with
+the plan's `launch` (service.launchers.plan_launch). `--from search` exports instead the best
+layout of `trainplan search`'s default options that the framework runs, listing the
+better-ranked layouts it refused with their rules.
 """
 from __future__ import annotations
 
@@ -13,20 +17,32 @@ from typing import Any
 from service.cli import emit
 from service.commands import load_capped_cluster
 from service.commands.framework_args import add_framework_flag, with_framework
-from service.commands.plan import require_training
+from service.commands.plan import add_moe_splits_flag, plan_search_options, require_training
+from service.commands.profile_args import add_profile_flag, cost_kwargs, profile_for
 from solver.presets import load_layout, load_model
 
-SEARCH_TOP = 10  # layouts tried, best first, when no layout is given
+SEARCH_TOP = 10  # layouts tried, best first, under --from search
+# What layout_source says in the Markdown output.
+SOURCES = {"given": "given", "plan": "the plan's rank 1, as `trainplan plan` ranks it",
+           "search": "the best layout of `trainplan search` the framework runs"}
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="launch configuration of one layout for Megatron-LM, "
-                              "torchtitan or DeepSpeed, checked against the framework's rules")
+                              "torchtitan or DeepSpeed, checked against the framework's rules; without "
+                              "--layout, the plan's rank 1 (what `trainplan plan` recommends)")
     p.add_argument("--model", required=True, help="model preset name or JSON path (native or HF config.json)")
     p.add_argument("--cluster", required=True, help="cluster preset name or JSON path")
     p.add_argument("--training", required=True, help="training preset name or JSON path")
     p.add_argument("--layout", default=None, help="layout as a JSON path or an inline JSON object "
-                   "(default: the search's best layout the framework runs)")
+                   "(default: the plan's rank 1, see --from)")
+    p.add_argument("--from", dest="source", choices=("plan", "search"), default="plan",
+                   help="without --layout: plan = the layout `trainplan plan` ranks first with the same "
+                        "inputs and flags, its `launch` (default); search = the best layout of `trainplan "
+                        "search`'s default options the framework runs")
+    add_moe_splits_flag(p, None, "default: on with --from plan, as in `plan`; off with --from search, as in "
+                                 "`search`")
+    add_profile_flag(p)
     add_framework_flag(p)
     p.add_argument("--format", choices=("json", "md", "native"), default="json",
                    help="json: the whole export; md: a summary; native: the framework's own "
@@ -35,14 +51,40 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def _searched(model, cluster, training, framework: str) -> tuple[Any, list[int] | None, list[dict]]:
-    """The best-ranked searched layout the framework accepts, and the refused ones before it."""
+def _plan_rank1(args, model, cluster, training) -> tuple[Any, list[int] | None, dict[str, Any]]:
+    """The plan's rank 1 (solver.layouts.searched_layouts under the plan's options, as
+    solver.plan.build_plan ranks) and its launch (plan_launch, the plan's `launch`).
+    Raises: SpecError when the framework refuses it (the plan's launch then is a refusal)."""
+    from service.launchers import plan_launch
+    from solver.errors import Problem, SpecError
+    from solver.layouts import searched_layouts
+    from solver.plan import layout_fields
+    from solver.specs import LayoutSpec
+
+    cost = cost_kwargs(profile_for(args, training.framework))
+    _summary, layouts = searched_layouts(model, cluster, training, plan_search_options(args, cluster), **cost)
+    launch = plan_launch(model, cluster, training, layouts[0])
+    if "refused" in launch:
+        problems = [Problem(p["field"], p["reason"]) for p in launch["problems"]]
+        raise SpecError(f"the plan's rank 1 does not run on {training.framework}: {launch['refused']}",
+                        problems or [Problem("layout", launch["refused"])])
+    layout = LayoutSpec.model_validate(layout_fields(layouts[0]), strict=False)
+    return layout, layouts[0].get("pipeline_split"), launch
+
+
+def _searched(args, model, cluster, training) -> tuple[Any, list[int] | None, list[dict]]:
+    """The best-ranked layout of `trainplan search`'s defaults the framework accepts, and the
+    refused ones before it."""
     from service.launchers import framework_rules
     from solver.errors import InfeasibleError
     from solver.search import search_layouts
     from solver.specs import LayoutSpec
 
-    result = search_layouts(model, cluster, training, {"top_k": SEARCH_TOP}).as_dict()
+    framework = training.framework
+    profile = profile_for(args, framework)
+    options = {"top_k": SEARCH_TOP, "moe_splits": bool(args.moe_splits)}
+    result = search_layouts(model, cluster, training, options,
+                            cost_options=None if profile is None else profile.options).as_dict()
     skipped: list[dict[str, Any]] = []
     for entry in result["layouts"]:
         layout = LayoutSpec.model_validate({k: entry[k] for k in LayoutSpec.model_fields if k in entry},
@@ -63,15 +105,21 @@ def run(args: argparse.Namespace) -> int:
     training = with_framework(require_training(args.training), args.framework)
     framework = training.framework
     skipped: list[dict] = []
-    if args.layout is not None:
-        layout = load_layout(args.layout)
-        split = list(layout.pipeline_layers) if layout.pipeline_layers else None
-    else:  # the search applies the framework's rules (training.framework)
-        layout, split, skipped = _searched(model, cluster, training, framework)
-    placement = rank_placement(cluster, layout)
-    launch = export_layout(framework, model, training, layout, placement, split)
+    source = "given" if args.layout is not None else args.source
+    if source == "plan":
+        layout, split, planned = _plan_rank1(args, model, cluster, training)
+        placement = planned["placement"]
+        launch = {k: v for k, v in planned.items() if k not in ("framework", "rank", "placement")}
+    else:
+        if source == "given":
+            layout = load_layout(args.layout)
+            split = list(layout.pipeline_layers) if layout.pipeline_layers else None
+        else:  # the search applies the framework's rules (training.framework)
+            layout, split, skipped = _searched(args, model, cluster, training)
+        placement = rank_placement(cluster, layout)
+        launch = export_layout(framework, model, training, layout, placement, split)
     result = {"framework": framework, "layout": layout.model_dump(mode="json"),
-              "pipeline_split": split, "layout_source": "given" if args.layout else "search",
+              "pipeline_split": split, "layout_source": source,
               "skipped": skipped, "launch": launch,
               "placement": {k: v for k, v in placement.items() if k != "ranks"}}
     if args.format == "native":
@@ -95,7 +143,7 @@ def render_export(result: dict[str, Any]) -> str:
     lay = result["layout"]
     fence = {"megatron-core": "sh", "torchtitan": "python", "deepspeed": "json"}[result["framework"]]
     lines = [f"# {result['framework']} export", "",
-             "Layout (" + result["layout_source"] + "): " + ", ".join(f"{k} {v}" for k, v in lay.items()
+             "Layout (" + SOURCES[result["layout_source"]] + "): " + ", ".join(f"{k} {v}" for k, v in lay.items()
                                                               if v is not None), ""]
     for s in result["skipped"]:
         lines.append(f"- search rank {s['rank']} refused: " + "; ".join(s["problems"]))

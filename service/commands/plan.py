@@ -28,11 +28,24 @@ def add_parser(subparsers) -> None:
     add_framework_flag(p)
     add_price_arguments(p)
     add_profile_flag(p)
-    p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=True,
-                   help="MoE models: search first/last pipeline splits where the layers do not divide over "
-                        "the stages (Megatron-Core, torchtitan; default on; --no-moe-splits: even stages only, faster)")
+    add_moe_splits_flag(p)
     add_format(p, "md", ("md", "json", "html"))
     p.set_defaults(run=run)
+
+
+def add_moe_splits_flag(p, default: bool | None = True, help_default: str = "default on") -> None:
+    """--moe-splits / --no-moe-splits of `plan` (and of `export`, which ranks as the plan does)."""
+    p.add_argument("--moe-splits", action=argparse.BooleanOptionalAction, default=default,
+                   help="MoE models: search first/last pipeline splits where the layers do not divide over "
+                        f"the stages (Megatron-Core, torchtitan; {help_default}; --no-moe-splits: even stages "
+                        "only, faster)")
+
+
+def plan_search_options(args: argparse.Namespace, cluster) -> dict | None:
+    """The search options `trainplan plan` ranks its layouts with (None: the plan's defaults,
+    solver.layouts.default_plan_options with MoE splits on, solver.search.api.plan_options);
+    `trainplan export` without --layout ranks with the same, so it exports the plan's rank 1."""
+    return None if args.moe_splits in (True, None) else default_plan_options(cluster, moe_splits=False)
 
 
 def add_price_arguments(p) -> None:
@@ -66,8 +79,8 @@ def require_training(arg: str | None):
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_capped_cluster(args.cluster)
     training = with_framework(training_from_args(args, DEFAULT_TRAINING), args.framework)
-    options = None if args.moe_splits else default_plan_options(cluster, moe_splits=False)
-    plan = launched_plan(model, cluster, training, options, **cost_kwargs(profile_for(args, training.framework)))
+    plan = launched_plan(model, cluster, training, plan_search_options(args, cluster),
+                         **cost_kwargs(profile_for(args, training.framework)))
     if args.training is None:
         t = plan["inputs"]["training"]
         plan["assumptions"].insert(0, f"training not given: the seed recipe '{DEFAULT_TRAINING}' "

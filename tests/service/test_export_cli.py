@@ -43,7 +43,7 @@ def test_export_refusal_exits_2_naming_the_rule(capsys):
     assert "layout.zero_stage" in err and "engine.py" in err
 
 
-def test_export_without_layout_takes_the_best_layout_the_framework_runs(capsys):
+def test_export_without_layout_takes_the_plans_rank1(capsys):
     assert main(["export", *SEED, "--framework", "megatron-core", "--format", "md"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("# megatron-core export") and "pretrain_gpt.py" in text
