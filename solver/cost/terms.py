@@ -257,8 +257,9 @@ class DpTraffic:
     ag_bucket_s: float
 
 
+@lru_cache(maxsize=65536)  # the search asks once per ZeRO stage and accumulation (dp_exposed_s)
 def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTraffic | None:
-    """Bucketed ring collectives of the DP x CP group (None with one replica)."""
+    """Bucketed ring collectives of the DP x CP group (None with one replica; memoized)."""
     lk = _dp_link(ctx, tp, cp, dp, pp)
     if lk.size <= 1:
         return None

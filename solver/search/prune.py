@@ -14,7 +14,11 @@ p2p, DP and optimizer terms bounded below by 0). Groups are visited by increasin
 raised level by level when a group comes up and re-queued (_lower_s: for a MoE model the
 MoE layer's link-free floor, then its exact all-to-all; then over only the layouts that fit
 memory, with their least p2p time; then their least DP + optimizer and MTP head time), so
-the costlier terms are evaluated only for groups whose cheaper bound is below the cut; a
+the costlier terms are evaluated only for groups whose cheaper bound is below the cut;
+before those levels a group's bound gains the least DP + optimizer time of the ZeRO stages
+whose model state alone fits (solver.search.dp_floor: every fitting layout adds at least
+that to its pipeline part), which for a model whose state binds the memory (DeepSeek-V3 on
+2,048 H800) drops most groups before their MoE all-to-all and memory terms are evaluated; a
 group none of whose layouts fits memory is dropped there (it holds no top-K layout); each
 visited group's layouts are evaluated in full (the same memoized terms, the same
 memory test), and once K fitting layouts are known, a group whose bound exceeds the K-th
@@ -41,7 +45,7 @@ from operator import itemgetter
 from types import SimpleNamespace
 from collections.abc import Callable
 
-from solver.search import moe_split
+from solver.search import dp_floor, moe_split
 from solver.search.cpsat import RECOMPUTE_NAMES
 from solver.search.model import pipe_group
 from solver.search.objective import objective_units, run_steps, wall_factor_of
@@ -87,28 +91,38 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         shape = SimpleNamespace(gpus=tp * pp * cp * dp, tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb)
         return objective_units(options, training, shape, step_s, factor(shape) if factor else 1.0)
 
-    bounds = []
+    # (objective bound, group, level, the level's step-time bound s, dp_floor.floor_s or None)
+    bounds: list[tuple] = []
     for g, lower_s in zip(by_group, _cheap_bounds(lm, t, by_group, accum), strict=True):
         if deadline is not None and run_steps_of(g) * lower_s > deadline * (1 + MARGIN):
             continue  # no layout of the group ends by the deadline
-        bounds.append((objective(g, lower_s), g, CHEAP))
+        bounds.append((objective(g, lower_s), g, CHEAP, lower_s, None))
     heapq.heapify(bounds)
     worst_k: list[float] = []  # max-heap (negated) of the K best objectives seen
     kept: set[tuple] = set()
     row_best: dict[tuple, float] = {}  # per pipeline key, its best fitting objective
     fitted: dict[tuple, tuple] = {}  # per group, _fitting of its rows (the fitting and refined levels)
     tied = math.inf  # the tie limit (solver.search.ties) of the best layout seen
+    zeros: dict[tuple, tuple[int, ...]] = {}  # dp_floor.state_zeros' memo
     while bounds:
-        lb, g, level = heapq.heappop(bounds)
+        lb, g, level, lower_s, dp_s = heapq.heappop(bounds)
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
+        if level < REFINED and dp_s is None:  # first the DP + optimizer floor, added to the levels below
+            dp_s = dp_floor.floor_s(lm, t, g, accum(g[3], g[5]), _split_rows(lm, t, g[1], by_group[g]), zeros)
+            if dp_s == math.inf:  # REFINED (pipeline bounds; a fitting layout adds at least the floor)
+                kept.add(g)  # no ZeRO stage's model state fits: the group holds no top-K layout
+            else:
+                heapq.heappush(bounds, (max(lb, objective(g, lower_s + dp_s)), g, level, lower_s, dp_s))
+            continue
         if level < REFINED:  # the next bound level (_lower_s), evaluated only when the group comes up
             level = level + 1 if level or t.moe_mask else FITTING  # dense: the cheap bound is exact in MoE
             lower_s = _lower_s(lm, t, g, by_group[g], accum, level, fitted)
             if lower_s == math.inf:  # no layout of the group fits memory: it holds no top-K layout
                 kept.add(g)
-            else:
-                heapq.heappush(bounds, (max(lb, objective(g, lower_s)), g, level))
+            else:  # REFINED holds the least DP + optimizer time of the stages that fit, >= the floor
+                step_s = lower_s + dp_s if level < REFINED else lower_s
+                heapq.heappush(bounds, (max(lb, objective(g, step_s)), g, level, lower_s, dp_s))
             continue
         kept.add(g)
         for key, value in _group_values(lm, t, g, by_group[g], accum):
@@ -314,6 +328,12 @@ def _rc_terms(t, g: tuple, rc: int, exact: bool) -> tuple[float, float]:
     if exact:
         return sum(layer), sum(t.moe(tp, cp, bool(sp), rcn, mb, ep, etp, dp, pp))
     return sum(layer), t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1]
+
+
+def _split_rows(lm, t, pp: int, rows: list[tuple]) -> bool:
+    """Whether a row of the group may carry an explicit split (its memory then not the
+    busiest-rank composition dp_floor reads): split_stages, a dense uneven choice, first/last."""
+    return t.split_uneven is not None or lm.options.split_stages or _explicit_splits(None, t, pp, rows)
 
 
 def _explicit_splits(lm_options, t, pp: int, rows: list[tuple]) -> bool:

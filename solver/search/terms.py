@@ -87,6 +87,8 @@ class _Terms:
                 M.comm_buffer_bytes(ctx, tp=tp, cp=cp, dp=dp, pp=pp, sp=sp, zero=zero, micro_batch=mb)))
         self.state = lru_cache(maxsize=None)(self._state)
         self.dp_opt = lru_cache(maxsize=None)(self._dp_opt)
+        self.optimizer = lru_cache(maxsize=None)(lambda tp, cp, dp, pp, zero, ep, etp: T.optimizer_s(  # reads no m
+            ctx, tp=tp, cp=cp, dp=dp, pp=pp, zero=zero, **expert_kw(ep, etp)))
         self.stage_state = lru_cache(maxsize=None)(
             lambda params, tp, pp, dp, cp, zero: stage_state(ctx, params, tp=tp, pp=pp, dp=dp, cp=cp, zero=zero))
         self.row = lru_cache(maxsize=None)(self._row)
@@ -282,7 +284,7 @@ class _Terms:
     def _dp_opt(self, tp, cp, dp, pp, zero_stage, m, ep=1, etp=DENSE_ETP) -> float:
         """dp_exposed_s + optimizer_s of one step with m micro-batches per replica."""
         kw = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "zero": zero_stage, **expert_kw(ep, etp)}
-        return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + T.optimizer_s(self.ctx, **kw)
+        return T.dp_exposed_s(self.ctx, **kw, grad_accum=m) + self.optimizer(tp, cp, dp, pp, zero_stage, ep, etp)
 
 
 @without_cyclic_gc
