@@ -192,6 +192,13 @@ class TrainingSpec(StrictModel):
         description="Expert capacity factor (Megatron --moe-expert-capacity-factor; None: dropless, "
                     "Megatron's default): no expert takes more than this x its mean share of tokens, so "
                     "it is the busiest expert rank's load factor. MoE models only.")
+    moe_pad_to_capacity: bool = Field(
+        default=False,
+        description="Every expert's input padded to its capacity (Megatron "
+                    "--moe-pad-expert-input-to-capacity, default off; needs moe_capacity_factor: "
+                    "megatron/core/transformer/transformer_config.py, NVIDIA/Megatron-LM d98e8a64). The "
+                    "all-to-all splits are then fixed, so the dispatcher gathers no token counts "
+                    "(token_dispatcher.py preprocess; solver.cost.moe_comm).")
     moe_load_imbalance: float | None = Field(
         default=None, ge=1, le=64,
         description="Tokens of the busiest expert rank over the mean (>= 1) when the run states a "
@@ -228,6 +235,9 @@ class TrainingSpec(StrictModel):
             raise ValueError(
                 f"global_batch_tokens: {self.global_batch_tokens} is smaller than one sequence "
                 f"(seq_len {self.seq_len})")
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            raise ValueError("moe_pad_to_capacity: pads to the expert capacity, so it needs "
+                             "moe_capacity_factor (Megatron refuses the flag without one: transformer_config.py)")
         return self
 
 

@@ -12,7 +12,8 @@ Option names, types and choices are Megatron-LM's own at NVIDIA/Megatron-LM d98e
   --moe-grouped-gemm, --moe-token-dispatcher-type (default 'allgather'), --moe-router-pre-softmax,
   --moe-router-topk-scaling-factor, --moe-router-num-groups, --moe-router-group-topk,
   --moe-apply-probs-on-input (routing_args),
-  --moe-expert-capacity-factor: megatron/core/transformer/transformer_config.py;
+  --moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity (needs the capacity factor):
+  megatron/core/transformer/transformer_config.py;
 - --expert-model-parallel-size, --expert-tensor-parallel-size,
   --overlap-moe-expert-parallel-comm: megatron/core/model_parallel_config.py;
 - --multi-latent-attention (transformer_config.py), --q-lora-rank (None: a full-rank query
@@ -79,6 +80,8 @@ def moe_args(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec) -> list[str]:
         args += ["--moe-layer-freq", freq]
     if t.moe_capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", repr(t.moe_capacity_factor)]
+        if t.moe_pad_to_capacity:
+            args.append("--moe-pad-expert-input-to-capacity")
     if t.moe_a2a_overlap:
         args.append("--overlap-moe-expert-parallel-comm")
     return args

@@ -137,12 +137,17 @@ def _routing_once(ctx: CostContext, dispatch: float, ep_link: GroupLink, *, tp: 
     dispatch / (D / 2)); before each forward dispatch the per-expert token counts are
     all-gathered over the expert TP x EP group (preprocess, gather_from_sequence_parallel_region
     over tp_ep_group: E x 8 bytes per rank) to size the all-to-all. Both latency-bound on
-    large EP groups."""
+    large EP groups. With training.moe_pad_to_capacity no counts are gathered: every expert
+    gets exactly its capacity, so preprocess fills the splits on the host (torch.full) and
+    returns before the gather (token_dispatcher.py d98e8a64 L517-540; the same early return
+    in core_v0.9.0, 1afee592, L398-410)."""
     if ep * etp == 1:
         return None
     e = ctx.model.moe
     assert e is not None
     probs = alltoall_time_s(dispatch * 4 / (2 * ctx.model.hidden), ep_link) if ep > 1 else 0.0
+    if ctx.training.moe_pad_to_capacity:
+        return probs, 0.0
     group = achieved_link(group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"], ctx.options)
     return probs, allgather_s(8.0 * e.experts * etp * ep, group)
 

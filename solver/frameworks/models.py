@@ -328,6 +328,10 @@ def training_rules(framework: str, m: Any, t: Any) -> _Rules:
         out.add("training.moe_a2a_overlap", f"the expert all-to-all overlap is Megatron-LM's "
                 f"--overlap-moe-expert-parallel-comm; {framework} has no such option", MEGATRON,
                 "megatron/core/model_parallel_config.py")
+    if m.moe is not None and t.moe_pad_to_capacity and framework != "megatron-core":
+        out.add("training.moe_pad_to_capacity", f"padding every expert's input to its capacity is "
+                f"Megatron-LM's --moe-pad-expert-input-to-capacity; {framework} has no such option", MEGATRON,
+                "megatron/core/transformer/transformer_config.py")
     if framework == "torchtitan" and m.moe is not None and t.moe_capacity_factor is not None:
         out.add("training.moe_capacity_factor", "torchtitan's standard token dispatcher "
                 "(AllToAllTokenDispatcher) drops no tokens: it has no capacity factor", TITAN,

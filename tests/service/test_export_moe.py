@@ -73,3 +73,15 @@ def test_megatron_refuses_moe_with_tp_without_sequence_parallelism():
         _export(model, MIXTRAL_LAYOUT.model_copy(update={"sequence_parallel": False}))
     assert [p.field for p in e.value.problems] == ["layout.sequence_parallel"]
     assert "moe_layer.py" in e.value.message
+
+
+def test_padded_capacity_is_exported_with_its_capacity_factor():
+    # training.moe_pad_to_capacity is Megatron's --moe-pad-expert-input-to-capacity, which
+    # needs --moe-expert-capacity-factor (transformer_config.py d98e8a64); without it no pad flag.
+    model = load_model(str(HF / "mixtral-8x22b" / "config.json"))
+    padded = TRAIN.model_copy(update={"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True})
+    for train, pad in ((padded, True), (TRAIN.model_copy(update={"moe_capacity_factor": 1.0}), False)):
+        args = _export(model, MIXTRAL_LAYOUT, training=train)["args"]
+        a = parse_megatron(args)
+        assert megatron_violations(args) == []
+        assert a["moe_expert_capacity_factor"] == 1.0 and a.get("moe_pad_expert_input_to_capacity", False) == pad
