@@ -346,7 +346,6 @@ def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:
     return ctx.params.total + ctx.params.mtp - routed, routed
 
 
-@lru_cache(maxsize=65536)  # as terms.dp_traffic: asked once per ZeRO stage and accumulation
 def expert_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> DpTraffic | None:
     """Bucketed collectives of the routed-expert gradients and weights over the expert-DP
     group (edp = tp cp dp / (ep etp) ranks; Megatron DDP reduces the expert-parallel buffers

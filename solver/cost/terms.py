@@ -257,9 +257,8 @@ class DpTraffic:
     ag_bucket_s: float
 
 
-@lru_cache(maxsize=65536)  # the search asks once per ZeRO stage and accumulation (dp_exposed_s)
 def dp_traffic(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int) -> DpTraffic | None:
-    """Bucketed ring collectives of the DP x CP group (None with one replica; memoized)."""
+    """Bucketed ring collectives of the DP x CP group (None with one replica)."""
     lk = _dp_link(ctx, tp, cp, dp, pp)
     if lk.size <= 1:
         return None
@@ -288,10 +287,12 @@ def _dense_params(ctx: CostContext) -> int:
     return dense_and_expert_params(ctx)[0]
 
 
-def _with_experts(ctx: CostContext, t: DpTraffic | None, *, tp: int, cp: int, dp: int, pp: int,
-                  ep: int, etp: int | None) -> DpTraffic | None:
-    """The DP x CP group's traffic plus, for a MoE model, the expert-DP group's (run one
-    after the other under the same windows; the last bucket is the later of the two)."""
+@lru_cache(maxsize=65536)  # the search asks once per ZeRO stage and accumulation (dp_exposed_s)
+def _with_experts(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, ep: int,
+                  etp: int | None) -> DpTraffic | None:
+    """The DP x CP group's traffic (dp_traffic) plus, for a MoE model, the expert-DP group's (run
+    one after the other under the same windows; the last bucket is the later of the two)."""
+    t = dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp)
     if ctx.model.moe is None:
         return t
     from solver.cost.moe_comm import expert_traffic
@@ -344,8 +345,7 @@ def dp_exposed_s(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, zero: 
     A MoE model's routed-expert gradients go over the expert-DP group (ep, etp: the layout's;
     etp None = tp) in the same windows (_with_experts).
     """
-    t = _with_experts(ctx, dp_traffic(ctx, tp=tp, cp=cp, dp=dp, pp=pp), tp=tp, cp=cp, dp=dp, pp=pp,
-                      ep=ep, etp=etp)
+    t = _with_experts(ctx, tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
     if t is None:
         return 0.0
     fwd, bwd = micro_batch_windows_s(ctx, tp=tp, cp=cp, dp=dp, pp=pp, grad_accum=grad_accum)
