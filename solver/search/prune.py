@@ -109,7 +109,7 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
         if level < REFINED and dp_s is None:  # first the DP + optimizer floor, added to the levels below
-            dp_s = dp_floor.floor_s(lm, t, g, accum(g[3], g[5]), _split_rows(lm, t, g[1], by_group[g]), zeros)
+            dp_s = dp_floor.floor_s(lm, t, g, by_group[g], accum(g[3], g[5]), zeros)
             if dp_s == math.inf:  # REFINED (pipeline bounds; a fitting layout adds at least the floor)
                 kept.add(g)  # no ZeRO stage's model state fits: the group holds no top-K layout
             else:
@@ -328,12 +328,6 @@ def _rc_terms(t, g: tuple, rc: int, exact: bool) -> tuple[float, float]:
     if exact:
         return sum(layer), sum(t.moe(tp, cp, bool(sp), rcn, mb, ep, etp, dp, pp))
     return sum(layer), t.moe_compute(tp, cp, rcn, mb, ep, etp)[0] - 0.5 * layer[1]
-
-
-def _split_rows(lm, t, pp: int, rows: list[tuple]) -> bool:
-    """Whether a row of the group may carry an explicit split (its memory then not the
-    busiest-rank composition dp_floor reads): split_stages, a dense uneven choice, first/last."""
-    return t.split_uneven is not None or lm.options.split_stages or _explicit_splits(None, t, pp, rows)
 
 
 def _explicit_splits(lm_options, t, pp: int, rows: list[tuple]) -> bool:

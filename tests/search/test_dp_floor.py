@@ -22,33 +22,40 @@ from solver.search import dp_floor
 from solver.search.cpsat import RECOMPUTE_NAMES, LayoutModel
 from solver.search.model import layout_of, pipe_group
 from solver.search.options import SearchOptions
-from solver.search.prune import CHEAP, EXACT_MOE, FITTING, _lower_s, _split_rows
+from solver.search.exhaustive import with_search_split
+from solver.search.moe_split import rule
+from solver.search.prune import CHEAP, EXACT_MOE, FITTING, _lower_s
 from solver.search.rules import accumulation
 from solver.search.terms import _Terms
 from tests.search.problems import binding_cluster, tiny_model, tiny_training
 from tests.search.test_experts import SMALL, moe_model, training
 from tests.search.test_experts_cost import cluster as moe_cluster
+from tests.search.test_moe_split import dsv3_shaped
 
 REL = 1e-12
 
 
-def check_floor(model, clu, train, options) -> dict[str, int]:
-    """The module docstring's checks on every group; counts of what was seen."""
+def check_floor(model, clu, train, options, first_last: bool = False) -> dict[str, int]:
+    """The module docstring's checks on every group; counts of what was seen. first_last: the
+    MoE first/last splits (options.moe_splits) as the search assigns them."""
     lm, ctx = LayoutModel(model, clu, train, options), make_context(model, clu, train)
-    t = _Terms(ctx, options.allow_uneven_pipeline if options.split_stages else None)
+    t = (_Terms(ctx, None, True, rule(model, train, True)) if first_last
+         else _Terms(ctx, options.allow_uneven_pipeline if options.split_stages else None))
     groups: dict = {}
     for key in lm.pipeline_rows():
         groups.setdefault(pipe_group(key), []).append(key)
     acc = lambda dp, mb: accumulation(train, dp, mb)  # noqa: E731
-    seen = {"fits": 0, "empty": 0, "stages_left_out": 0, "above_all_stages": 0}
+    seen = {"fits": 0, "empty": 0, "stages_left_out": 0, "above_all_stages": 0, "split_rows_left_out": 0}
     memo: dict = {}
     for g, keys in groups.items():
         tp, pp, cp, dp, sp, mb, ep, etp = g
-        m, split = acc(dp, mb), _split_rows(lm, t, pp, keys)
-        floor = dp_floor.floor_s(lm, t, g, m, split, memo)
-        zeros = dp_floor.state_zeros(lm, t, g, split, memo)
+        m = acc(dp, mb)
+        floor = dp_floor.floor_s(lm, t, g, keys, m, memo)
+        zeros = dp_floor.state_zeros(lm, t, g, keys, memo)
         every = lm.zero_stages(tp, pp, cp, dp, ep, etp)
         seen["stages_left_out"] += len(zeros) < len(every)
+        seen["split_rows_left_out"] += len(zeros) < len(every) and first_last and all(t.first_last(pp, k[4])
+                                                                                        for k in keys)
         seen["above_all_stages"] += floor > min(t.dp_opt(tp, cp, dp, pp, z, m, ep, etp) for z in every)
         levels = [_lower_s(lm, t, g, keys, acc, level) for level in (CHEAP, EXACT_MOE, FITTING)]
         any_fit = False
@@ -57,6 +64,8 @@ def check_floor(model, clu, train, options) -> dict[str, int]:
                 shard = (tp, pp, cp, dp, sp, z, mb, ep, etp)
                 split_of = t.choice(shard, key[4], RECOMPUTE_NAMES[key[7]], m)[0]  # the split the search assigns
                 lo = layout_of(key, shard).model_copy(update={"pipeline_layers": split_of})
+                if first_last:
+                    lo = with_search_split(ctx, options, layout_of(key, shard))
                 est = estimate_with_context(ctx, lo)
                 if not est.fits:
                     continue
@@ -95,3 +104,15 @@ def test_floor_is_below_every_fitting_dense_layout(split_stages):
     assert seen["fits"], seen
     if not split_stages:  # with explicit splits every stage is taken (dp_floor docstring)
         assert seen["stages_left_out"] and seen["above_all_stages"], seen
+
+
+@pytest.mark.parametrize("memory_gb", [80, 3.5])
+def test_floor_is_below_every_fitting_first_last_split_layout(memory_gb):
+    """A DeepSeek-V3-shaped 7-layer model with first/last splits (test_moe_split_bounds'
+    problem): the split rows' stages come from the split memory floor."""
+    options = SearchOptions(moe_splits=True, **SMALL)
+    seen = check_floor(dsv3_shaped(), moe_cluster(2, 4, memory_gb=memory_gb), training(batch_seqs=16), options,
+                       first_last=True)
+    assert seen["fits"], seen
+    if memory_gb < 10:
+        assert seen["split_rows_left_out"] and seen["above_all_stages"], seen
