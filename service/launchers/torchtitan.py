@@ -113,7 +113,10 @@ def torchtitan_settings(m: ModelSpec, t: TrainingSpec, layout: LayoutSpec,
     training = {"num_tokens_per_microbatch_per_dp_rank": micro_tokens,
                 "num_tokens_per_train_step": micro_tokens * batch.grad_accum * layout.dp,
                 "max_context_length": t.seq_len,
-                "mixed_precision_param": "bfloat16"}  # the BF16 recipe charged (solver.frameworks.precision)
+                "mixed_precision_param": "bfloat16",  # the BF16 recipe charged (solver.frameworks.precision)
+                # FSDP2 reduces in FP32: the reduce-scatter copy memory.dp_buffer_bytes charges
+                # (profile memory.reduce_scatter_copy_bytes, torchtitan configs.py L102)
+                "mixed_precision_reduce": "float32"}
     ac = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[layout.recompute]
     return {"training": training, "parallelism": par, "activation_checkpoint": {"policy": ac}}
 

@@ -24,7 +24,7 @@ from solver.cost.compute import ACT_BYTES, dropout_on, linear_weights_on_rank
 from solver.cost.options import AttentionKernel
 from solver.cost.fp8 import FP8_BYTES, saved_input_saving_bytes
 from solver.cost.recompute import dropped_dense_bytes, selective_modules
-from solver.cost.state import BF16_BYTES, framework_state_bytes, gathered_weight_bytes
+from solver.cost.state import BF16_BYTES, framework_state_bytes, gathered_weight_bytes, reduce_scatter_bytes
 from solver.cost.terms import CostContext, dp_bucket_elements, layers_on_rank
 from solver.frameworks.profile import SelectivePolicy
 from solver.specs import ModelSpec, Recompute, ZeroStage
@@ -341,7 +341,7 @@ def comm_buffer_bytes(ctx: CostContext, *, tp: int, cp: int, dp: int, pp: int, s
     solver.cost.state.gathered_weight_bytes).
     """
     s_b_h = ctx.seq_len / cp * micro_batch * ctx.model.hidden
-    out = dp_buffer_bytes(ctx, dp=dp, cp=cp, zero=zero)
+    out = dp_buffer_bytes(ctx, dp=dp, cp=cp, zero=zero, tp=tp, pp=pp)
     if sp:
         out += ACT_BYTES * s_b_h
     if pp > 1:
@@ -364,7 +364,7 @@ def pp_buffer_bytes(ctx: CostContext, *, s_b_h: float, tp: int) -> float:
     return 2 * ACT_BYTES * s_b_h / tp + (2 * ACT_BYTES * s_b_h if tp > 1 else 0.0)
 
 
-def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage) -> float:
+def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage, tp: int, pp: int) -> float:
     """Gradient-reduction buffers per GPU during backward, bytes (0 with one replica).
 
     Profiles with memory.reduce_buffers (DeepSpeed): at ZeRO 1-3 that many buffers of the
@@ -381,13 +381,18 @@ def dp_buffer_bytes(ctx: CostContext, *, dp: int, cp: int, zero: ZeroStage) -> f
     activations' peak: the default term. Profiles with memory.reduce_in_grad_buffer
     (Megatron-Core): 0 at ZeRO 0/1, the DDP and distributed-optimizer collectives run in place
     on the contiguous gradient buffer the recipe charges (NVIDIA/Megatron-LM d98e8a64
-    megatron/core/distributed/param_and_grad_buffer.py L700-731). Otherwise two buckets of
-    options.dp_bucket_elements at the gradient dtype."""
+    megatron/core/distributed/param_and_grad_buffer.py L700-731). Profiles with
+    memory.reduce_scatter_copy_bytes (torchtitan's FSDP2): one unit's gradient and its
+    reduce-dtype copy (state.reduce_scatter_bytes; tp and pp size the unit). Otherwise two
+    buckets of options.dp_bucket_elements at the gradient dtype."""
     if dp * cp <= 1:
         return 0.0
     mem = ctx.framework.memory
     if zero <= 1 and mem.reduce_in_grad_buffer is not None and mem.reduce_in_grad_buffer.value:
         return 0.0
+    fsdp = reduce_scatter_bytes(ctx.training, ctx.params, tp=tp, pp=pp)
+    if fsdp is not None:  # FSDP2's reduce-scatter copy (torchtitan; every ZeRO stage is fully_shard)
+        return fsdp
     n = mem.reduce_buffers
     if n is None or zero == 0:
         return 2 * ctx.options.dp_bucket_elements * ctx.training.precision.grad_bytes

@@ -98,6 +98,24 @@ def gathered_weight_bytes(training: TrainingSpec, params: ParameterCounts, *, tp
     return units / tp * BF16_BYTES
 
 
+def reduce_scatter_bytes(training: TrainingSpec, params: ParameterCounts, *, tp: int, pp: int) -> float | None:
+    """FSDP2's reduce-scatter working set, bytes per GPU, where the framework's profile states
+    memory.reduce_scatter_copy_bytes (torchtitan; None otherwise): the unit being reduced holds
+    its unsharded gradient twice, the gradient and its copy in the reduce dtype (4: FP32 for
+    torchtitan's mixed_precision_reduce), one unit at a time (torch _fsdp_collectives.py
+    foreach_reduce, _fsdp_param_group.py post_backward; cited in the profile). Without PP the
+    gradient beside the copy is the BF16 one autograd produced (2 bytes); with PP it is the FP32
+    accumulated gradient the recipe already charges. The largest unit reduced while the layers'
+    activations are held: a transformer block or the LM-head unit (final norm + LM head, the
+    embedding when tied), split over TP."""
+    copy = load_framework(training.framework).memory.reduce_scatter_copy_bytes
+    if copy is None:
+        return None
+    head = params.final_norm + (params.lm_head or params.embedding + params.position_embedding)
+    unit = max(params.per_layer, head) / tp
+    return unit * (copy.value + (0 if pp > 1 else BF16_BYTES))
+
+
 def largest_parameter(params: ParameterCounts) -> int:
     """Elements of the model's largest single parameter tensor: the embedding or LM head
     (V x h) or the learned position table; a layer's largest matrix is bounded by half its

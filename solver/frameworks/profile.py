@@ -209,6 +209,11 @@ class MemorySemantics(StrictModel):
     # charges (Megatron-Core DDP and distributed optimizer): no bucket buffers at ZeRO 0/1;
     # None: as reduce_buffers says (solver.cost.memory.dp_buffer_bytes)
     reduce_in_grad_buffer: CitedBool | None = None
+    # FSDP2's reduce-scatter of one unit (foreach_reduce): bytes per parameter of the unit of
+    # the unsharded gradient's copy in the reduce dtype (torchtitan's mixed_precision_reduce
+    # float32: 4), held with the unit's BF16 gradient it is copied from (without PP); None:
+    # as reduce_buffers says (solver.cost.state.reduce_scatter_bytes)
+    reduce_scatter_copy_bytes: CitedValueBytes | None = None
     # each in-flight micro-batch's stage output (s b h BF16, split over TP when TP > 1) is kept
     # by the pipeline engine until its backward (DeepSpeed's pipe_buffers['outputs']), which
     # sends it as is and keeps one receive buffer per direction; None: no such buffers, a send

@@ -68,7 +68,7 @@ def test_zero_reduce_buffers_are_two_exported_buckets_in_bf16():
             - comm_buffer_bytes(ds, tp=1, cp=1, dp=1, pp=1, sp=False, zero=zero, micro_batch=1) \
             == 2 * 512_000_000 * 2
     assert comm_buffer_bytes(mc, tp=1, cp=1, dp=512, pp=1, sp=False, zero=1, micro_batch=1) == 0.0
-    assert dp_buffer_bytes(mc, dp=512, cp=1, zero=3) == 2 * 40_000_000 * 2
+    assert dp_buffer_bytes(mc, dp=512, cp=1, zero=3, tp=1, pp=1) == 2 * 40_000_000 * 2
     fp32_grads = PrecisionRecipe(weight_bytes=2, grad_bytes=4, optimizer_moment_bytes=4, master_weights=True)
     t = ds.training.model_copy(update={"precision": fp32_grads})
     stated = make_context(ds.model, ds.cluster, t)
