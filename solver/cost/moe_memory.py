@@ -73,6 +73,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from solver.cost import moe_layer as ML
+from solver.cost import moe_torchtitan as TT
 from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES
 from solver.cost.fp8 import FP8_BYTES
@@ -127,6 +128,9 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     if e is None or recompute == "full":
         return 0.0
     sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    tt = TT.is_torchtitan_moe(ctx)
+    if tt and recompute == "selective" and ctx.framework.memory.selective_recompute.value == "every_other_matmul":
+        return TT.sac_moe_extra_bytes(ctx, sh, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
     g1 = 3 if m.ffn_gated else 2
     s_b = ctx.seq_len / cp * micro_batch
     rows = sh.busy_rows * sh.local_experts
@@ -134,6 +138,7 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
            + ACT_BYTES * rows * sh.width * g1 + 4 * rows + ACT_BYTES * s_b * sh.shared_width * g1)
     if recompute == "none":
         moe += combine_saved_bytes(ctx, sh.tokens * e.experts_per_token * etp)
+        moe += TT.grouped_product_bytes(ctx, sh) if tt else 0.0
     dense = ACT_BYTES * s_b * (m.ffn_hidden / tp) * g1
     w = ctx.fp8_work
     if w is not None and w.saved_inputs_fp8:  # FP8 saved inputs (solver.cost.moe_fp8)
@@ -178,14 +183,17 @@ def moe_recomputed_layer_bytes(ctx: CostContext, *, tp: int, cp: int, recompute:
 
 @lru_cache(maxsize=65536)
 def dispatch_working_set_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int,
-                               etp: int) -> float:
+                               etp: int, recompute: Recompute) -> float:
     """Bytes the alltoall token dispatcher holds beyond the stored activations while one MoE
     layer runs, for one micro-batch (module docstring: the larger of the two forward peaks,
-    2 bytes x hidden per row); 0 for a dense model."""
+    2 bytes x hidden per row); torchtitan's own (moe_torchtitan.dispatch_working_set_bytes, what
+    `recompute` stores aside) where its profile says so; 0 for a dense model."""
     m, e = ctx.model, ctx.model.moe
     if e is None:
         return 0.0
     sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    if TT.is_torchtitan_moe(ctx):
+        return TT.dispatch_working_set_bytes(ctx, sh, recompute=recompute, ep=ep, etp=etp)
     permuted = sh.tokens * e.experts_per_token  # t k: the permuted tokens (and the combine's output)
     rows = sh.busy_rows * sh.local_experts      # R: the rows the rank's experts run
     several = sh.local_experts > 1

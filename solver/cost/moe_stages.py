@@ -114,7 +114,8 @@ def layer_parts(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Reco
     embed = M.embedding_stored_bytes(ctx, sp=sp, **kw)
     full = M.recomputed_layer_bytes(ctx, sp=sp, recompute=recompute, **kw)
     moe_full = moe_recomputed_layer_bytes(ctx, recompute=recompute, **kw, ep=ep, etp=etp)
-    return per_layer, per_moe, embed, full, moe_full, dispatch_working_set_bytes(ctx, **kw, ep=ep, etp=etp)
+    working = dispatch_working_set_bytes(ctx, **kw, ep=ep, etp=etp, recompute=recompute)
+    return per_layer, per_moe, embed, full, moe_full, working
 
 
 def rank_flight(pp: int, vpp: int, grad_accum: int) -> list[float]:

@@ -95,7 +95,7 @@ def moe_activation_extra_of(ctx: CostContext, *, tp: int, cp: int, micro_batch: 
     flight = M.in_flight_microbatches(pp, vpp, grad_accum)
     out = n * flight * moe_layer_activation_extra_bytes(ctx, recompute=recompute, **kw)
     if n:  # one MoE layer runs at a time: its dispatcher's buffers (moe_memory)
-        out += dispatch_working_set_bytes(ctx, **kw)
+        out += dispatch_working_set_bytes(ctx, recompute=recompute, **kw)
     return out + moe_recomputed_layer_bytes(ctx, recompute=recompute, **kw)
 
 

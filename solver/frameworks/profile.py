@@ -70,6 +70,10 @@ class CitedValueBytes(_Cited):
     value: float = Field(gt=0, le=16)  # bytes per stored value
 
 
+class CitedMoeImplementation(_Cited):
+    value: Literal["megatron_core", "torchtitan"]  # whose MoE block code the memory terms follow
+
+
 # What "selective" recompute keeps: Megatron's recomputes only the core attention (all else
 # stored); torchtitan's op-level policy stores matmul/attention outputs but every second mm.
 SelectivePolicy = Literal["attention_core", "every_other_matmul"]
@@ -200,6 +204,10 @@ class MemorySemantics(StrictModel):
     # Megatron-Core, without recompute (torchtitan: an FP32 copy for the routing scores'
     # gradient); None: nothing beyond
     moe_combine_saved_bytes: CitedValueBytes | None = None
+    # whose MoE block the activation terms follow beyond the shared ones: "torchtitan" charges its
+    # SelectiveAC's saved MoE ops, its grouped experts' product and its dispatcher's working set
+    # (solver.cost.moe_torchtitan); None or "megatron_core": Megatron-Core's (solver.cost.moe_memory)
+    moe_implementation: CitedMoeImplementation | None = None
     # gradient-reduction buffers of the exported reduce bucket (terms.dp_bucket_elements) that
     # the framework's ZeRO-1/2/3 optimizers keep during backward, in BF16 (DeepSpeed's
     # contiguous ipg buffers); None: two DP buckets of options.dp_bucket_elements at the

@@ -31,7 +31,7 @@ CTX = make_context(MIXTRAL, load_cluster("seed-512"), load_training("seed-300b")
 
 
 def _ws(ctx=CTX, *, tp=1, ep=8, etp=1):
-    return dispatch_working_set_bytes(ctx, tp=tp, cp=1, micro_batch=1, ep=ep, etp=etp)
+    return dispatch_working_set_bytes(ctx, tp=tp, cp=1, micro_batch=1, ep=ep, etp=etp, recompute="none")
 
 
 def test_one_local_expert_the_all_to_all_output_is_the_fc1_input():
@@ -81,7 +81,7 @@ def test_deepseek_v3_published_layout_charges_it_once_and_still_fits():
     row = next(json.loads(t) for t in MOE_CASES.read_text().splitlines() if '"dgxc_dsv3_h100_bf16_512"' in t)
     ctx = make_context(load_model(row["model"]), load_cluster(row["cluster"]), load_training(row["training"]))
     kw = {"tp": 2, "cp": 1, "micro_batch": 1, "ep": 64, "etp": 1}
-    assert dispatch_working_set_bytes(ctx, **kw) == 939_524_096
+    assert dispatch_working_set_bytes(ctx, **kw, recompute="selective") == 939_524_096
     # Once per rank, not per layer or micro-batch: the MoE extra is n x in-flight x per-layer + it.
     m = ctx.training.global_batch_tokens // (4096 * 32)  # micro-batches per replica (DP 32)
     n, flight = busiest_moe_layers(moe_layer_mask(ctx.model), 8, 1), in_flight_microbatches(8, 1, m)

@@ -19,8 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from solver.cost.estimate import make_context
-from solver.cost.moe_layer import moe_layer_mask
-from solver.cost.moe_memory import moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_comm import imbalance
+from solver.cost.moe_layer import expert_shape, moe_layer_mask
+from solver.cost.moe_memory import dispatch_working_set_bytes, moe_full_layer_bytes, moe_layer_activation_extra_bytes
+from solver.cost.moe_torchtitan import grouped_product_bytes
 from solver.cost.step_memory import moe_activation_extra_of
 from solver.presets import load_model, load_training
 from topology.catalog import load_cluster
@@ -46,25 +48,34 @@ def _extra(ctx, rc: str, *, tp: int = 1, ep: int = 8, etp: int = 1) -> float:
     return moe_layer_activation_extra_bytes(ctx, tp=tp, cp=1, recompute=rc, micro_batch=1, ep=ep, etp=etp)
 
 
+# torchtitan's grouped experts also keep their R x F' product for w2 without recompute
+# (solver.cost.moe_torchtitan.grouped_product_bytes; tests/cost/test_torchtitan_moe_memory.py):
+# TP1 EP8, R = ceil(4096 x 8 x 8 / 256 x 1.25) x 32 local experts = 40,960 rows x 2048 x 2 bytes
+PRODUCT_EP8 = 2 * 40_960 * 2048
+
+
 def test_without_recompute_the_fp32_copy_is_kept():
     # TP1 EP8: the rank's 4096 tokens x 8 rows after the combine all-to-all
-    assert _extra(TT, "none") - _extra(MC, "none") == DSV3_COPY
+    assert _extra(TT, "none") - _extra(MC, "none") == DSV3_COPY + PRODUCT_EP8
 
 
 def test_without_expert_parallelism_the_rows_are_the_whole_sequence():
     # TP2 EP1 (expert TP = TP): the MoE input is replicated over TP, 4096 tokens x 8 on each rank,
     # not 2048 x 8 (the sequence-parallel shard)
-    assert _extra(TT, "none", tp=2, ep=1, etp=2) - _extra(MC, "none", tp=2, ep=1, etp=2) == DSV3_COPY
-    # TP2 EP8 (expert TP 1): the tokens are sharded over TP, 2048 x 8 rows
-    assert _extra(TT, "none", tp=2) - _extra(MC, "none", tp=2) == DSV3_COPY // 2
+    # (product: EP 1, expert TP 2: all 256 experts on the rank, 4096 x 8 rows, width 1024)
+    assert _extra(TT, "none", tp=2, ep=1, etp=2) - _extra(MC, "none", tp=2, ep=1, etp=2) \
+        == DSV3_COPY + 2 * 32_768 * 1024
+    # TP2 EP8 (expert TP 1): the tokens are sharded over TP, 2048 x 8 rows (640 busy rows an expert)
+    assert _extra(TT, "none", tp=2) - _extra(MC, "none", tp=2) == DSV3_COPY // 2 + 2 * 640 * 32 * 2048
 
 
 def test_selective_recomputes_it_and_full_holds_it_in_one_layer():
-    # torchtitan's selective set drops nothing else of a MoE layer (the attention core only)
-    assert _extra(TT, "none") - _extra(TT, "selective") == DSV3_COPY
+    # SelectiveAC keeps its own set of a MoE block (tests/cost/test_torchtitan_moe_memory.py), the
+    # FP32 copy not among it
+    assert _extra(TT, "selective") < DSV3_COPY
     assert _extra(TT, "full") == 0.0
     full = moe_full_layer_bytes(TT, tp=1, cp=1, micro_batch=1, ep=8, etp=1)
-    assert full - moe_full_layer_bytes(MC, tp=1, cp=1, micro_batch=1, ep=8, etp=1) == DSV3_COPY
+    assert full - moe_full_layer_bytes(MC, tp=1, cp=1, micro_batch=1, ep=8, etp=1) == DSV3_COPY + PRODUCT_EP8
 
 
 def test_every_moe_layer_on_the_rank_keeps_one_per_micro_batch_in_flight():
@@ -75,4 +86,10 @@ def test_every_moe_layer_on_the_rank_keeps_one_per_micro_batch_in_flight():
     kw = {"tp": 1, "cp": 1, "micro_batch": 1, "ep": 8, "etp": 1, "pp": 2, "vpp": 1, "recompute": "none",
           "grad_accum": 8, "mask": (True,) * 48}
     per_layer = 4 * 4096 * 8 * 2048
-    assert moe_activation_extra_of(tt, **kw) - moe_activation_extra_of(mc, **kw) == 24 * 2 * per_layer
+    # beside each layer's product (2 x R x F') and once the dispatchers' different working sets
+    one = {k: kw[k] for k in ("tp", "cp", "micro_batch", "ep", "etp", "recompute")}
+    ws = dispatch_working_set_bytes(tt, **one) - dispatch_working_set_bytes(mc, **one)
+    sh = expert_shape(tt.model, 4096, imbalance(tt), tp=1, cp=1, micro_batch=1, ep=8, etp=1)
+    product = grouped_product_bytes(tt, sh)
+    assert moe_activation_extra_of(tt, **kw) - moe_activation_extra_of(mc, **kw) \
+        == 24 * 2 * (per_layer + product) + ws
