@@ -7,8 +7,9 @@ Options: `now` (default) the plan's (plan_search_options: the CLI's, both rank o
 explicit fabric, 10 s); `before` the options the HTTP plan used to search with
 (service.routers.solving.search_options: one rank order, the server's 2 s /v1/layouts default).
 
-Prints JSON: the load average before and after, per problem and options the wall seconds of
-each repeat (the first one cold) and, for the last repeat, its phases: the main search (wall,
+Prints JSON: the load average before and after, per problem and options the wall and CPU
+seconds (this process's, time.process_time: on a loaded machine the wall time is the CPU time
+stretched by the other processes) of each repeat (the first one cold) and, for the last repeat, its phases: the main search (wall,
 and per rank order its tables / optimize / window seconds and rows), the seed ladder's ranking
 (solver.layouts.ladder_versus_best: an estimate and solver.search.api.layout_rank), each
 scaling-grid row's search (solver.plan_stages._grid_point, by GPUs), the launch export, the
@@ -139,6 +140,7 @@ def measure(p: Problem, which: str, repeats: int, profile: str | None = None) ->
     model, cluster, training = _spec(p, "megatron-core")
     options = _options(which, cluster)
     walls: list[float] = []
+    cpus: list[float] = []
     plan: dict[str, Any] = {}
     phases: dict[str, Any] = {}
     for i in range(repeats):
@@ -148,14 +150,15 @@ def measure(p: Problem, which: str, repeats: int, profile: str | None = None) ->
 
             prof = cProfile.Profile()
             prof.enable()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan, phases = one_plan(model, cluster, training, options)
         walls.append(round(time.perf_counter() - t0, 2))
+        cpus.append(round(time.process_time() - c0, 2))
         if prof is not None and profile is not None:
             prof.disable()
             prof.dump_stats(profile)
     return {"problem": p.label, "options": which, "rank_orders": list(options.rank_orders),
-            "time_limit_s": options.time_limit_s, "wall_s": walls, "phases": _rounded(phases),
+            "time_limit_s": options.time_limit_s, "wall_s": walls, "cpu_s": cpus, "phases": _rounded(phases),
             "search_s": round(plan["search"]["seconds"], 2), "status": plan["search"]["status"],
             "rank1": layout_fields(plan["layouts"][0])}
 
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         for which in args.options:
             rows.append(measure(p, which, args.repeats, args.profile))
-            print(f"{p.label} {which}: {rows[-1]['wall_s']} s", file=sys.stderr)
+            print(f"{p.label} {which}: wall {rows[-1]['wall_s']} s, CPU {rows[-1]['cpu_s']} s", file=sys.stderr)
     print(json.dumps({"load_average_before": load, "load_average_after": os.getloadavg(),
                       "cpus": os.cpu_count(), "rows": rows}, indent=1, default=list))
     return 0

@@ -9,12 +9,27 @@ Two measures, both counted from the spec alone (no graph is built):
   as listed). add_link adds both directions, hence the 2x on links.
 * table rows: the product of the search's per-field domains (solver.search.space.domains),
   an upper bound on the rows the term tables can hold.
+
+A plan (POST /v1/plans) is also admitted on its time (admit_plan): it builds the tables of
+several searches (plan_builds: the main search once per rank order, each scaling-grid row's
+search once per rank order, the seed ladder's ranking twice), each over its pipeline rows,
+which the tables' pruning bounds one by one (solver.search.prune); its estimate is those
+rows times the seconds one row costs on this server (settings.plan_table_row_s; a row of the
+ladder's ranking, which is evaluated in full, RANKED_ROW_WEIGHT times that), refused when
+above settings.plan_admit_fraction of the request's deadline (settings.max_time_limit_s).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from topology.errors import Problem, SpecError
+
+
+# A row of the seed ladder's ranking (solver.search.api.layout_rank: every row within the
+# layout's step time evaluated, and a memory-only table of all rows) costs this many pruned
+# search rows: measured on the plan benchmark's Mixtral 8x7B plan (README "Plan latency":
+# ranking 4.9 s for 2 x 77,502 rows, 32 us per row, against 9 us per row of its searches).
+RANKED_ROW_WEIGHT = 3.5
 
 
 class OverCapacity(SpecError):
@@ -83,3 +98,80 @@ def admit_search(model, cluster, training, options, settings: Any) -> tuple[dict
                        f"{settings.max_table_rows} (TRAINPLAN_MAX_TABLE_ROWS); narrow "
                        "options (e.g. allow_fewer_gpus off, max_micro_batch, max_vpp)")])
     return {"graph_elements": elements, "table_rows": rows}, d
+
+
+LADDER = "ladder ranking"
+
+
+def plan_builds(model, cluster, training, options, cost_options: Any = None) -> list[tuple[str, Any, int]]:
+    """(what, search options, table builds) of every table build solver.plan.build_plan makes:
+    the main search (solver.search.api.plan_options: MoE splits on) and each scaling-grid row
+    (solver.plan_stages.grid_options) once per rank order the framework places
+    (api.placeable_orders), the seed ladder's ranking (api.layout_rank: a step-time table and a
+    memory-only one, default options) when the ladder's choice fits by the cost model
+    (solver.layouts.ladder_versus_best; `cost_options`: a calibrated profile's). Not counted: a
+    fallback over fewer GPUs or an infeasibility explanation (the plan then has no layout)."""
+    from solver.cost.estimate import estimate_layout
+    from solver.layouts import ladder_or_none
+    from solver.plan import layout_fields
+    from solver.plan_stages import grid_options, searched_grid_sizes
+    from solver.search.api import placeable_orders, plan_options
+    from solver.search.options import SearchOptions
+    from solver.specs import LayoutSpec
+
+    def orders(o: Any) -> Any:
+        return placeable_orders(training.framework, o)
+
+    main = orders(plan_options(options))
+    out = [("search", main, len(main.rank_orders))]
+    for g in searched_grid_sizes(cluster):
+        o = orders(SearchOptions.model_validate(grid_options(cluster, g)))
+        out.append((f"scaling grid {g} GPUs", o, len(o.rank_orders)))
+    rungs = ladder_or_none(model, cluster, training)[1]
+    try:
+        ranked = bool(rungs) and estimate_layout(model, cluster, training, LayoutSpec(**layout_fields(rungs[0])),
+                                                 cost_options).fits
+    except SpecError:  # the plan itself says why (its search comes first)
+        ranked = False
+    if ranked:
+        out.append((LADDER, SearchOptions(), 2))
+    return out
+
+
+def pipeline_rows(model, cluster, training, options) -> int:
+    """The pipeline rows of one search's tables before pruning (solver.search.cpsat.LayoutModel
+    .pipeline_rows: every structurally valid row, the rows the pruning visits)."""
+    from solver.search.cpsat import LayoutModel
+
+    return sum(1 for _ in LayoutModel(model, cluster, training, options).pipeline_rows())
+
+
+def plan_work(model, cluster, training, options, settings: Any, cost_options: Any = None) -> dict[str, Any]:
+    """A plan's work estimate: its table builds (plan_builds) with their pipeline rows, the
+    total rows and the seconds they take at settings.plan_table_row_s."""
+    parts, total, weighted = [], 0, 0.0
+    for what, o, builds in plan_builds(model, cluster, training, options, cost_options):
+        rows = pipeline_rows(model, cluster, training, o)
+        parts.append({"what": what, "builds": builds, "rows_per_build": rows})
+        total += builds * rows
+        weighted += builds * rows * (RANKED_ROW_WEIGHT if what == LADDER else 1.0)
+    return {"plan_table_rows": total, "plan_estimate_s": weighted * settings.plan_table_row_s,
+            "plan_builds": parts}
+
+
+def admit_plan(model, cluster, training, options, settings: Any, cost_options: Any = None) -> dict[str, Any]:
+    """plan_work, checked against the deadline. Raises: OverCapacity when the estimate is above
+    settings.plan_admit_fraction x settings.max_time_limit_s."""
+    work = plan_work(model, cluster, training, options, settings, cost_options)
+    bound_s = settings.plan_admit_fraction * settings.max_time_limit_s
+    if work["plan_estimate_s"] > bound_s:
+        builds = "; ".join(f"{p['what']}: {p['builds']} x {p['rows_per_build']:,}" for p in work["plan_builds"])
+        raise OverCapacity("plan too large for this server's deadline", [Problem(
+            "options", f"the plan builds {work['plan_table_rows']:,} table rows ({builds}), about "
+                       f"{work['plan_estimate_s']:.2f} s at {settings.plan_table_row_s * 1e6:g} us per row "
+                       f"(TRAINPLAN_PLAN_TABLE_ROW_S; {RANKED_ROW_WEIGHT:g}x for the {LADDER}); "
+                       f"this server admits plans estimated at most {bound_s:g} s, "
+                       f"{settings.plan_admit_fraction:.0%} of its {settings.max_time_limit_s:g} s deadline "
+                       "(TRAINPLAN_PLAN_ADMIT_FRACTION, TRAINPLAN_MAX_TIME_LIMIT_S); narrow options (e.g. "
+                       "rank_orders, moe_splits false, max_vpp, max_micro_batch)")])
+    return work

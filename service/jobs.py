@@ -32,10 +32,11 @@ def stage(name: str) -> None:
     _report(name)
 
 
-def _inputs(body: dict[str, Any], settings, plan: bool = False) -> tuple:
+def _inputs(body: dict[str, Any], settings, plan: bool = False, profile: Any = None) -> tuple:
     """(model, cluster, training, options, limits, the search domains admission computed);
-    `plan`: a plan's search options (service.routers.solving.plan_search_options)."""
-    from service.admission import admit_search
+    `plan`: a plan's search options (service.routers.solving.plan_search_options), admitted on
+    its table builds too (`profile`: its calibrated profile)."""
+    from service.admission import admit_plan, admit_search
     from service.routers.common import search_inputs
 
     stage("parse")
@@ -43,6 +44,9 @@ def _inputs(body: dict[str, Any], settings, plan: bool = False) -> tuple:
     model, cluster, training, options, limits = search_inputs(fields, settings, plan)
     stage("admit")
     work, domains = admit_search(model, cluster, training, options, settings)
+    if plan:  # a plan's table builds against the deadline (service.admission.admit_plan)
+        work = {**work, **admit_plan(model, cluster, training, options, settings,
+                                     None if profile is None else profile.options)}
     stage("search")
     return model, cluster, training, options, {**limits, "deadline_s": settings.max_time_limit_s,
                                                "work": work}, domains
@@ -101,7 +105,7 @@ def plan_job(body: dict[str, Any], settings) -> dict[str, Any]:
     from service.routers.errors import jsonable
 
     body, profile = _profile(body)
-    model, cluster, training, options, limits, _domains = _inputs(body, settings, plan=True)
+    model, cluster, training, options, limits, _domains = _inputs(body, settings, plan=True, profile=profile)
     plan = jsonable(solving.run_plan(model, cluster, training, options, _checked(profile, training)))
     stage("report")
     report = jsonable(solving.report_data(plan, model, cluster))

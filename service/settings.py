@@ -14,6 +14,10 @@ from topology.errors import Problem, SpecError
 from topology.spec import ClusterSpec
 
 ENV_PREFIX = "TRAINPLAN_"
+# Seconds per pipeline table row of a plan's searches on the 2-core reference machine
+# (service.admission.plan_work): the largest warm CPU seconds per row of the plan benchmark
+# (benchmarks/plan_latency.py, README "Plan latency": 9.9 us, Llama 3 70B on 160 A100).
+PLAN_TABLE_ROW_S = 10e-6
 
 
 def default_database_url() -> str:
@@ -89,6 +93,15 @@ class Settings(BaseModel):
         default=10**9, ge=1,
         description="Admission: largest search space (product of the per-field layout domains) "
                     "a request may open (422 above).")
+    plan_table_row_s: float = Field(
+        default=PLAN_TABLE_ROW_S, gt=0,
+        description="Admission: seconds one pipeline table row of a plan costs on this server "
+                    "(service.admission.plan_work; the default is measured on the 2-core reference "
+                    "machine, benchmarks/plan_latency.py).")
+    plan_admit_fraction: float = Field(
+        default=0.75, gt=0, le=1,
+        description="Admission: a plan whose estimate is above this fraction of max_time_limit_s is "
+                    "refused (422 over_capacity); the rest of the deadline is the estimate's margin.")
     worker_max_rss_bytes: int = Field(
         default=320_000_000, ge=50_000_000,  # a warm worker on the seed: ~175 MB
         description="Memory budget of one solve worker (resident bytes); a worker above it is "

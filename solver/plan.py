@@ -255,6 +255,17 @@ def _ladder_story(model: ModelSpec, cluster: ClusterSpec, tp: int, pp: int,
 def build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                rank_layouts: RankLayouts | None = None, cost_options: Any = None,
                step_band: Any = None, search_options: Any = None) -> dict[str, Any]:
+    """_build_plan, its searches (rank orders, the ladder's ranking, the scaling grid's rows)
+    sharing the terms that neither rank order nor GPU count changes (solver.search.term_share)."""
+    from solver.search.term_share import shared_terms
+
+    with shared_terms():
+        return _build_plan(model, cluster, training, rank_layouts, cost_options, step_band, search_options)
+
+
+def _build_plan(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                rank_layouts: RankLayouts | None = None, cost_options: Any = None,
+                step_band: Any = None, search_options: Any = None) -> dict[str, Any]:
     """The plan JSON contract: the seed's eight estimates, ranked layouts, checks and stages.
 
     `rank_layouts(model, cluster, training) -> (summary, layouts best first)` produces the

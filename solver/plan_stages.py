@@ -28,6 +28,23 @@ def scaling_grid(cluster: ClusterSpec, unit: int) -> list[int]:
     return sorted(g for g in sizes if unit <= g <= total and g % unit == 0)
 
 
+def grid_options(cluster: ClusterSpec, gpus: int) -> dict[str, Any]:
+    """The search options of the grid row on `gpus` GPUs: the best layout only, both rank
+    orders on an explicit fabric (service.admission counts its tables from them)."""
+    from solver.specs import RankOrder
+
+    options: dict[str, Any] = {"gpus": gpus, "top_k": 1}
+    if cluster.topology is not None:
+        options["rank_orders"] = list(get_args(RankOrder))
+    return options
+
+
+def searched_grid_sizes(cluster: ClusterSpec) -> list[int]:
+    """The grid's sizes that are searched: all but the cluster's own, whose row is the plan's
+    rank 1 when that layout uses every GPU (_grid_point)."""
+    return [g for g in scaling_grid(cluster, 1) if g != cluster.available_gpus]
+
+
 def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 best: dict[str, Any], gpus: int) -> dict[str, Any]:
     """The searched best layout on `gpus` GPUs (the same search as `trainplan search --gpus N`,
@@ -37,7 +54,6 @@ def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """
     from solver.errors import InfeasibleError, SolverTimeoutError
     from solver.search import search_layouts
-    from solver.specs import RankOrder
 
     point: dict[str, Any] = {"gpus": gpus, "zero_stage": None, "model_state_per_gpu_bytes": None,
                              "memory_per_gpu_bytes": None, "step_time_s": None, "mfu": None,
@@ -46,11 +62,8 @@ def _grid_point(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     if gpus == best.get("gpus") and "time_breakdown_s" in best:
         top = best
     else:
-        options: dict[str, Any] = {"gpus": gpus, "top_k": 1}
-        if cluster.topology is not None:
-            options["rank_orders"] = list(get_args(RankOrder))
         try:
-            res = search_layouts(model, cluster, training, options, explain=False)
+            res = search_layouts(model, cluster, training, grid_options(cluster, gpus), explain=False)
         except (InfeasibleError, SolverTimeoutError):
             return point
         r = res.layouts[0]

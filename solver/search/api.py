@@ -18,6 +18,7 @@ from solver.search.result import RankedLayout, SearchResult, assign_ranks, merge
 from solver.search.ties import TIE_RESOLUTION
 from solver.search.rules import accumulation, pipeline_split
 from solver.search.scaling import TIME_UNIT_S
+from solver.search.term_share import shared_terms
 from solver.specs import ModelSpec, TrainingSpec
 from topology.progress import note
 from topology.spec import ClusterSpec, parse_spec
@@ -112,11 +113,18 @@ def _search_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
 
 def _search_orders(model, cluster, training, options: SearchOptions, **kw) -> SearchResult:
-    """Each placement (options.rank_orders) searched exactly on its own, merged by objective.
+    """Each placement (options.rank_orders) searched exactly on its own, merged by objective;
+    the orders' tables share the terms no rank order changes (solver.search.term_share).
 
     OPTIMAL means optimal over every listed order. Raises: InfeasibleError when no order has
     a fitting layout (the first order's explanation); SolverTimeoutError likewise.
     """
+    with shared_terms():
+        return _merged_orders(model, cluster, training, options, **kw)
+
+
+def _merged_orders(model, cluster, training, options: SearchOptions, **kw) -> SearchResult:
+    """_search_orders' searches and their merge."""
     import dataclasses
 
     t0 = time.perf_counter()
@@ -276,7 +284,7 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     """
     from solver.cost.estimate import estimate_layout
 
-    from solver.search.terms import STEP_ERROR_UNITS, term_rows
+    from solver.search.terms import STEP_ERROR_UNITS
 
     options = parse_spec(SearchOptions, options or {}, "options")
     est = estimate or estimate_layout(model, cluster, training, layout, cost_options)
@@ -284,6 +292,16 @@ def layout_rank(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     within_s = None
     if options.objective == "step_time":  # only groups that can reach the layout's step time
         within_s = est.step_time_s + (STEP_ERROR_UNITS + 2.0) * TIME_UNIT_S
+    with shared_terms():  # the two tables below share their memory terms
+        return _layout_rank(lm, layout, est, options, cost_options, within_s, best_step_time_s)
+
+
+def _layout_rank(lm: LayoutModel, layout, est, options: SearchOptions, cost_options: Any,
+                 within_s: float | None, best_step_time_s: float | None) -> dict:
+    """layout_rank's counts from its tables (step time within `within_s`; memory only)."""
+    from solver.search.terms import term_rows
+
+    model, cluster, training = lm.spec, lm.cluster, lm.training
     rows = term_rows(lm, cost_options, within_s=within_s)
     coef = coefficients(rows, options, training, wall_factor_of(model, cluster, training))
     mine = coef.exact(layout, est.step_time_s)

@@ -48,6 +48,7 @@ from solver.search.model import TermRows, pipe_group, shard_group
 from solver.search.prune import keys_within, prune_keys
 from solver.search.rules import DENSE_ETP, accumulation
 from solver.search.term_memory import MtpShape, no_split_fits
+from solver.search.term_share import share_terms
 from solver.search.scaling import time_int
 from solver.specs import LayoutSpec, Recompute
 
@@ -266,7 +267,7 @@ class _Terms:
         """Empty every memo but those the tables' closures read (TABLE_MEMOS): the term memos
         the pruning filled for every group it visited (a term asked again is computed again)."""
         for name, memo in vars(self).items():
-            if name not in TABLE_MEMOS and callable(getattr(memo, "cache_clear", None)):
+            if name not in TABLE_MEMOS.union(getattr(self, "shared_names", ())) and hasattr(memo, "cache_clear"):
                 memo.cache_clear()
 
     def memory_rest(self, tp, pp, cp, dp, sp, zero, mb, ep=1, etp=DENSE_ETP) -> tuple[float, ...]:
@@ -304,9 +305,8 @@ def term_rows(lm: LayoutModel, cost_options: Any = None, with_time: bool = True,
     Then (or on an error) the term memos are emptied with the collector still paused, so
     reference counting frees them (solver.cost.context_caches, _Terms.release_terms).
     """
-    ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options),
-                          lm.options.rank_orders[0])
-    t = _Terms(ctx, moe_split.dense_uneven(lm), with_time, moe_split.rule_for(lm))  # MoE splits: first_last
+    ctx = with_rank_order(make_context(lm.spec, lm.cluster, lm.training, cost_options), lm.options.rank_orders[0])
+    t = share_terms(_Terms(ctx, moe_split.dense_uneven(lm), with_time, moe_split.rule_for(lm)), lm, cost_options)
     try:
         return _term_rows(lm, t, with_time, prune, deadline, within_s)
     finally:
