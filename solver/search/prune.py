@@ -258,12 +258,13 @@ def _base_lower_s(lm, t, g: tuple, rows: list[tuple], accum, exact_moe: bool) ->
     if not (t.first_last is not None or lm.options.split_stages):  # no explicit splits (_explicit_splits)
         return _plain_lower_s(lm.spec.layers, t, g, rows, accum(dp, mb), exact)
     m = accum(dp, mb)
-    v_max = max(r[4] for r in rows)
+    vpps = {r[4] for r in rows}
+    v_max = max(vpps)
     head = t.head(tp, cp, bool(sp), mb, pp)  # without the MTP modules' time (>= 0): still a lower bound
     terms = [_rc_terms(t, g, rc, exact) for rc in {r[7] for r in rows}]
     n_moe, layers = t.moe_layers, lm.spec.layers
-    if t.first_last is not None and _explicit_splits(None, t, pp, rows):  # MoE first/last splits
-        vs = (min(r[4] for r in rows), v_max)
+    if t.first_last is not None and any(t.first_last(pp, v) for v in vpps):  # MoE first/last splits
+        vs = (min(vpps), v_max)
         return min(moe_split.lower_step_s(_rank_lower_s(layers, n_moe, pp, layer_s, moe_s) * pp,
                                           layers=layers, n_moe=n_moe, pp=pp, m=m, vpps=vs,
                                           layer_s=layer_s, moe_s=moe_s, head_s=head)
@@ -336,7 +337,7 @@ def _explicit_splits(lm_options, t, pp: int, rows: list[tuple]) -> bool:
     also a lower bound for the group's busiest-rank rows: (sum_r t_r / pp)(m + (pp - 1)/v) has
     head_extra_s x (m + (pp - 1)/v) / pp <= m x head_extra_s of it."""
     return bool(lm_options is not None and lm_options.split_stages and t.first_last is None) or (
-        t.first_last is not None and any(t.first_last(pp, r[4]) for r in rows))
+        t.first_last is not None and any(t.first_last(pp, v) for v in {r[4] for r in rows}))
 
 
 def _rank_lower_s(layers: int, n_moe: int, pp: int, layer_s: float, moe_s: float) -> float:
