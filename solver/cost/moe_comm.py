@@ -37,7 +37,7 @@ from solver.cost import shared_times
 from solver.cost.communication import achieved_link, allgather_s, reduce_scatter_s
 from solver.cost.compute import ACT_BYTES
 from solver.cost import terms as T
-from solver.cost.recompute import mlp_recompute_s, moe_act_recompute_s, selective_modules
+from solver.cost.recompute import moe_act_recompute_s, selective_modules
 from solver.cost.terms import CostContext, DpTraffic, bucketed_traffic, layer_tp_comm_s
 from solver.specs import Recompute
 from topology.collectives import alltoall_time_s
@@ -204,15 +204,16 @@ def _compute_parts(ctx: CostContext, tp: int, cp: int, micro_batch: int, ep: int
     """moe_layer_compute's terms, which do not depend on the recompute level (memoized: the
     search asks for each level of every (tp, cp, micro_batch, ep, etp)): the block's forward
     beyond the dense FFN's, the compute beyond the dense layer's without recompute, the
-    block's forward + backward, and selective recompute's two terms."""
-    blk = block_times(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    block's forward + backward, and selective recompute's two terms (mlp's: the dense FFN's
+    forward, recompute.mlp_recompute_s, read from _dense_ffn's memo)."""
+    calc = block_calc(ctx)
+    blk = calc.times(tp, cp, micro_batch, ep, etp)
     dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
     fwd = blk.forward_s - dense_f
-    sh = ML.expert_shape(ctx.model, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch,
-                         ep=ep, etp=etp)
+    sh = calc.shape(tp, cp, micro_batch, ep, etp)
     return (fwd, fwd + blk.backward_s - dense_b, blk.forward_s + blk.backward_s,
             moe_act_recompute_s(ctx, routed_rows=sh.busy_rows * sh.local_experts, width=sh.width),
-            mlp_recompute_s(ctx, tp=tp, cp=cp, micro_batch=micro_batch))
+            dense_f if "mlp" in selective_modules(ctx) else 0.0)
 
 
 def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
@@ -318,17 +319,26 @@ def paired_fraction(*, pp: int, vpp: int, grad_accum: int) -> float:
     return max(0, total - warm) / total
 
 
-@lru_cache(maxsize=65536)
-def block_times(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ML.MoEBlockTimes:
-    """moe_layer.moe_block_times for this problem, memoized per (tp, cp, mb, ep, etp): it does
-    not depend on dp, pp or the links, so a search's tables compute it once per such tuple.
-    Its inputs beyond those (model, sequence length, GPU, cost options, FP8 work, load
-    imbalance) are its arguments: another problem with the same ones shares the value
-    (solver.cost.shared_times)."""
+@lru_cache(maxsize=256)
+def block_calc(ctx: CostContext) -> ML.BlockCalc:
+    """moe_layer.BlockCalc for this problem: moe_block_times and expert_shape memoized per
+    (tp, cp, mb, ep, etp), which is all they read beyond the model, sequence length, GPU, cost
+    options, FP8 work and load imbalance. Another problem with the same ones shares it, and its
+    values (solver.cost.shared_times)."""
     factor = imbalance(ctx)
-    return shared_times.GPU_TIMES.get(ctx, ("moe_block", factor, tp, cp, micro_batch, ep, etp), lambda: (
-        ML.moe_block_times(ctx.model, ctx.seq_len, factor, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp,
-                           micro_batch=micro_batch, ep=ep, etp=etp, fp8=ctx.fp8_work)))
+    return shared_times.GPU_TIMES.get(ctx, ("moe_block", factor), lambda: ML.BlockCalc(
+        ctx.model, ctx.seq_len, factor, ctx.cluster.gpu, ctx.options, ctx.fp8_work))
+
+
+def block_times(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ML.MoEBlockTimes:
+    """moe_layer.moe_block_times for this problem (block_calc): it does not depend on dp, pp or
+    the links, so a search's tables compute it once per (tp, cp, mb, ep, etp)."""
+    return block_calc(ctx).times(tp, cp, micro_batch, ep, etp)
+
+
+def expert_shape(ctx: CostContext, *, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ML.ExpertShape:
+    """moe_layer.expert_shape for this problem at its load imbalance (block_calc's memo)."""
+    return block_calc(ctx).shape(tp, cp, micro_batch, ep, etp)
 
 
 @lru_cache(maxsize=65536)

@@ -85,13 +85,18 @@ def expert_shape(model: ModelSpec, seq_len: int, imbalance: float, *, tp: int, c
     """Shapes of the MoE block on one GPU (see the module docstring)."""
     e = model.moe
     assert e is not None  # callers pass MoE models only
+    return _shape(e.experts, e.experts_per_token, e.expert_ffn_hidden, e.shared_experts * e.shared_width,
+                  seq_len, imbalance, tp, cp, micro_batch, ep, etp)
+
+
+def _shape(experts: int, k: int, ffn: int, shared: int, seq_len: int, imbalance: float, tp: int, cp: int,
+           micro_batch: int, ep: int, etp: int) -> ExpertShape:
+    """expert_shape from the model's numbers (shared: shared experts x their width)."""
     tokens = micro_batch * seq_len / (cp * tp)
-    rows = tokens * e.experts_per_token * ep * etp / e.experts
+    rows = tokens * k * ep * etp / experts
     busy = imbalance if ep > 1 else 1.0  # ep 1: every rank runs all experts, all its own tokens
-    return ExpertShape(tokens=tokens, local_experts=e.experts // ep, rows_per_expert=rows,
-                       busy_rows=math.ceil(rows * busy - 1e-9),
-                       width=math.ceil(e.expert_ffn_hidden / etp),
-                       shared_width=math.ceil(e.shared_experts * e.shared_width / tp))
+    return ExpertShape(tokens, experts // ep, rows, math.ceil(rows * busy - 1e-9), math.ceil(ffn / etp),
+                       math.ceil(shared / tp))
 
 
 def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, gpu: GpuSpec, opts: CostOptions,
@@ -175,35 +180,89 @@ def moe_block_times(model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSp
     softmax/top-k read and write them. FP8 (`fp8`): the routed and shared experts' GEMMs in
     FP8 and their casts (moe_fp8.expert_cast_s); the router GEMM stays BF16.
     """
-    e = model.moe
-    assert e is not None
-    sh = expert_shape(model, seq_len, imbalance, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
-    d, gated = model.hidden, model.ffn_gated
-    on8 = fp8 is not None
-    exp_f, exp_b = _ffn_fwd_bwd_s(sh.busy_rows, sh.width, d, gated, gpu, opts, groups=sh.local_experts, fp8=on8)
-    full_tokens = micro_batch * seq_len // cp
-    shared_f, shared_b = (_ffn_fwd_bwd_s(full_tokens, sh.shared_width, d, gated, gpu, opts, fp8=on8)
-                          if sh.shared_width else (0.0, 0.0))
-    t = max(1, round(sh.tokens))
-    router_f, router_db, router_wb = C.gemm_fwd_bwd_s(t, e.experts, d, gpu, opts)
-    per_act = 6 if gated else 4
-    rows = sh.busy_rows * sh.local_experts
-    sort = 2 * 2 * C.ACT_BYTES * rows * d if sh.local_experts > 1 else 0.0  # sort_chunks there and back
-    elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e.experts_per_token * d + sort  # permute + unpermute
-            + per_act * (sh.busy_rows * sh.local_experts * sh.width + full_tokens * sh.shared_width)
-            + 3 * ROUTER_LOGIT_BYTES * sh.tokens * e.experts)                # logits, softmax/top-k
-    hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
-    elem_s = elem / hbm
-    cast_f, cast_b = (F8.expert_cast_s(F8.ExpertRows.of(sh, full_tokens, d, gated), fp8, hbm)
-                      if fp8 is not None else (0.0, 0.0))
-    ideal_flops = 3 * 2.0 * sh.local_experts * sh.rows_per_expert * d * sh.width * (3 if gated else 2)
-    peak = (gpu.peak_fp8_tflops * 1e12 * opts.fp8_gemm_peak_fraction if on8 and gpu.peak_fp8_tflops
-            else gpu.peak_flops * opts.gemm_peak_fraction)
-    return MoEBlockTimes(
-        expert_fwd_s=exp_f, expert_bwd_s=exp_b,
-        other_fwd_s=shared_f + router_f + elem_s + cast_f,
-        other_bwd_s=shared_b + router_db + router_wb + 2 * elem_s + cast_b,
-        expert_ideal_s=ideal_flops / peak)
+    return BlockCalc(model, seq_len, imbalance, gpu, opts, fp8).times(tp, cp, micro_batch, ep, etp)
+
+
+class BlockCalc:
+    """moe_block_times and expert_shape for one set of their fixed inputs (model, sequence
+    length, load imbalance, GPU, options, FP8 work), memoized on (tp, cp, micro_batch, ep, etp)
+    and their GEMMs on their integer shapes: a search asks for every layout shape once or
+    more, and hashing the frozen model, GPU and options per call cost more than the
+    arithmetic. The same operations in the same order as before: the same values.
+    At most MAX_ENTRIES memoized shapes (emptied when full)."""
+
+    MAX_ENTRIES = 1 << 16
+
+    def __init__(self, model: ModelSpec, seq_len: int, imbalance: float, gpu: GpuSpec, opts: CostOptions,
+                 fp8: Fp8Work | None = None) -> None:
+        e = model.moe
+        assert e is not None
+        self.gpu, self.opts, self.fp8, self.seq_len = gpu, opts, fp8, seq_len
+        self.experts, self.k, self.d, self.gated = e.experts, e.experts_per_token, model.hidden, model.ffn_gated
+        self._dims = (e.experts, e.experts_per_token, e.expert_ffn_hidden, e.shared_experts * e.shared_width,
+                      seq_len, imbalance)
+        self.hbm = gpu.hbm_gb_s * 1e9 * opts.hbm_fraction
+        self.peak = (gpu.peak_fp8_tflops * 1e12 * opts.fp8_gemm_peak_fraction if fp8 is not None and gpu.peak_fp8_tflops
+                     else gpu.peak_flops * opts.gemm_peak_fraction)
+        self._shapes: dict[tuple[int, ...], ExpertShape] = {}
+        self._times: dict[tuple[int, ...], MoEBlockTimes] = {}
+        self._gemms: dict[tuple[int, ...], tuple[float, ...]] = {}
+
+    def shape(self, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ExpertShape:
+        """expert_shape at these degrees."""
+        key = (tp, cp, micro_batch, ep, etp)
+        sh = self._shapes.get(key)
+        if sh is None:
+            if len(self._shapes) >= self.MAX_ENTRIES:
+                self._shapes.clear()
+            sh = self._shapes[key] = _shape(*self._dims, tp, cp, micro_batch, ep, etp)
+        return sh
+
+    def times(self, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> MoEBlockTimes:
+        """moe_block_times at these degrees."""
+        key = (tp, cp, micro_batch, ep, etp)
+        out = self._times.get(key)
+        if out is None:
+            if len(self._times) >= self.MAX_ENTRIES:
+                self._times.clear()
+                self._gemms.clear()
+            out = self._times[key] = self._block(self.shape(*key), micro_batch * self.seq_len // cp)
+        return out
+
+    def _ffn(self, rows: int, width: int, groups: int) -> tuple[float, ...]:
+        key = (rows, width, groups)
+        out = self._gemms.get(key)
+        if out is None:
+            out = self._gemms[key] = _ffn_fwd_bwd_s(rows, width, self.d, self.gated, self.gpu, self.opts,
+                                                    groups=groups, fp8=self.fp8 is not None)
+        return out
+
+    def _router(self, t: int) -> tuple[float, ...]:
+        key = (t,)  # one element: apart from _ffn's three
+        out = self._gemms.get(key)
+        if out is None:
+            out = self._gemms[key] = C.gemm_fwd_bwd_s(t, self.experts, self.d, self.gpu, self.opts)
+        return out
+
+    def _block(self, sh: ExpertShape, full_tokens: int) -> MoEBlockTimes:
+        """moe_block_times' body (its docstring) for one shape."""
+        d, gated, fp8, e_k = self.d, self.gated, self.fp8, self.k
+        exp_f, exp_b = self._ffn(sh.busy_rows, sh.width, sh.local_experts)
+        shared_f, shared_b = self._ffn(full_tokens, sh.shared_width, 1) if sh.shared_width else (0.0, 0.0)
+        router_f, router_db, router_wb = self._router(max(1, round(sh.tokens)))
+        per_act = 6 if gated else 4
+        rows = sh.busy_rows * sh.local_experts
+        sort = 2 * 2 * C.ACT_BYTES * rows * d if sh.local_experts > 1 else 0.0  # sort_chunks there and back
+        elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e_k * d + sort  # permute + unpermute
+                + per_act * (sh.busy_rows * sh.local_experts * sh.width + full_tokens * sh.shared_width)
+                + 3 * ROUTER_LOGIT_BYTES * sh.tokens * self.experts)             # logits, softmax/top-k
+        hbm = self.hbm
+        elem_s = elem / hbm
+        cast_f, cast_b = (F8.expert_cast_s(F8.ExpertRows.of(sh, full_tokens, d, gated), fp8, hbm)
+                          if fp8 is not None else (0.0, 0.0))
+        ideal_flops = 3 * 2.0 * sh.local_experts * sh.rows_per_expert * d * sh.width * (3 if gated else 2)
+        return MoEBlockTimes(exp_f, exp_b, shared_f + router_f + elem_s + cast_f,
+                             shared_b + router_db + router_wb + 2 * elem_s + cast_b, ideal_flops / self.peak)
 
 
 def dense_ffn_times(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions, *, tp: int, cp: int,
