@@ -15,7 +15,7 @@ from topology import groups
 
 def test_context_caches_are_the_ctx_keyed_ones():
     found = context_caches()
-    for cache in (moe_comm.block_times, moe_comm.moe_layer_comm, moe_comm.expert_links, mtp.mtp_s, T._layer):
+    for cache in (moe_comm.block_calc, moe_comm.moe_layer_comm, moe_comm.expert_links, mtp.mtp_s, T._layer):
         assert cache in found
     # keyed on other things (kept across problems): the shared GPU times, the topology's links
     assert shared_times.GPU_TIMES not in found and groups.group_links not in found
