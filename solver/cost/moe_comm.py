@@ -29,8 +29,8 @@ alone and expose their all-to-alls in full (paired_fraction).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from solver.cost import moe_layer as ML
 from solver.cost import shared_times
@@ -79,9 +79,9 @@ def dispatch_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batch: int) -> f
     return ACT_BYTES * micro_batch * ctx.seq_len / (cp * tp) * e.experts_per_token * ctx.model.hidden
 
 
-@dataclass(frozen=True)
-class MoELayerComm:
-    """Communication of one MoE layer for one micro-batch on one GPU, seconds."""
+class MoELayerComm(NamedTuple):
+    """Communication of one MoE layer for one micro-batch on one GPU, seconds (a NamedTuple:
+    one is built for every distinct layout row of a search, and a tuple is the cheapest)."""
 
     a2a_one_s: float      # one dispatch or combine all-to-all of the tokens
     a2a_count: int        # all-to-alls per micro-batch: 2 forward + 2 backward (+ 2 recomputed)
@@ -222,10 +222,8 @@ def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     communication is the all-to-all exposed in a paired combined-1F1B slot under
     training.moe_a2a_overlap (moe_a2a_paired_s; in full without it) plus the expert-TP
     collectives; an unpaired slot adds moe_a2a_unpaired_s (step.compose_step_time)."""
-    c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
-                       ep=ep, etp=etp, dp=dp, pp=pp)
-    return moe_a2a_exposure(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
-                            ep=ep, etp=etp, dp=dp, pp=pp)[0] + c.etp_s, c.tp_delta_s
+    comm, tp_delta, _ = _comm_s(ctx, tp, cp, sp, recompute, micro_batch, ep, etp, dp, pp)
+    return comm, tp_delta
 
 
 def moe_a2a_unpaired_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,
@@ -235,9 +233,18 @@ def moe_a2a_unpaired_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recomput
     less the paired exposure; 0 without training.moe_a2a_overlap."""
     if ctx.model.moe is None:
         return 0.0
-    paired, full = moe_a2a_exposure(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
-                                    ep=ep, etp=etp, dp=dp, pp=pp)
-    return full - paired
+    return _comm_s(ctx, tp, cp, sp, recompute, micro_batch, ep, etp, dp, pp)[2]
+
+
+@lru_cache(maxsize=65536)
+def _comm_s(ctx: CostContext, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int, ep: int,
+            etp: int, dp: int, pp: int) -> tuple[float, float, float]:
+    """(moe_layer_comm_s' two terms, moe_a2a_unpaired_s) from one moe_layer_comm, memoized
+    positionally: the search asks for both of every row."""
+    c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
+                       ep=ep, etp=etp, dp=dp, pp=pp)
+    paired, full = _exposure(ctx, c, tp, cp, sp, recompute, micro_batch, ep, etp)
+    return paired + c.etp_s, c.tp_delta_s, full - paired
 
 
 def moe_overlap_problems(pp: int, vpp: int, ep: int, recompute: str) -> list[str]:
@@ -278,6 +285,12 @@ def moe_a2a_exposure(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     (terms.layer_compute_s parts, moe_layer.dense_ffn_times). Both equal without the overlap."""
     c = moe_layer_comm(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch,
                        ep=ep, etp=etp, dp=dp, pp=pp)
+    return _exposure(ctx, c, tp, cp, sp, recompute, micro_batch, ep, etp)
+
+
+def _exposure(ctx: CostContext, c: MoELayerComm, tp: int, cp: int, sp: bool, recompute: Recompute,
+              micro_batch: int, ep: int, etp: int) -> tuple[float, float]:
+    """moe_a2a_exposure of the layer's communication `c` (its moe_layer_comm)."""
     full = c.a2a_s
     if not overlap_applies(ctx.training, ep=ep, recompute=recompute):
         return full, full

@@ -78,7 +78,7 @@ from solver.cost.accounting import StateBytes
 from solver.cost.compute import ACT_BYTES
 from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
-from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, imbalance
+from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, expert_shape
 from solver.cost.recompute import dropped_moe_bytes, mlp_dropped_bytes
 from solver.cost.state import framework_state_bytes, moe_gathered_delta_bytes
 from solver.cost.terms import CostContext
@@ -127,7 +127,7 @@ def moe_layer_activation_extra_bytes(ctx: CostContext, *, tp: int, cp: int, reco
     m, e = ctx.model, ctx.model.moe
     if e is None or recompute == "full":
         return 0.0
-    sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    sh = expert_shape(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)  # memoized per problem
     tt = TT.is_torchtitan_moe(ctx)
     if tt and recompute == "selective" and ctx.framework.memory.selective_recompute.value == "every_other_matmul":
         return TT.sac_moe_extra_bytes(ctx, sh, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
@@ -191,7 +191,7 @@ def dispatch_working_set_bytes(ctx: CostContext, *, tp: int, cp: int, micro_batc
     m, e = ctx.model, ctx.model.moe
     if e is None:
         return 0.0
-    sh = ML.expert_shape(m, ctx.seq_len, imbalance(ctx), tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)
+    sh = expert_shape(ctx, tp=tp, cp=cp, micro_batch=micro_batch, ep=ep, etp=etp)  # memoized per problem
     if TT.is_torchtitan_moe(ctx):
         return TT.dispatch_working_set_bytes(ctx, sh, recompute=recompute, ep=ep, etp=etp)
     permuted = sh.tokens * e.experts_per_token  # t k: the permuted tokens (and the combine's output)

@@ -9,6 +9,7 @@ solver.cost.step re-exports every name here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from solver.cost import memory as M
@@ -67,12 +68,20 @@ def mtp_activation_bytes(ctx: CostContext, layout: LayoutSpec) -> float:
     n, lo = ctx.model.mtp_layers, layout
     if not n:
         return 0.0
-    layer = M.layer_activation_bytes(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
-                                     micro_batch=lo.micro_batch)
+    layer, logits = _mtp_dense_parts(ctx, lo.tp, lo.cp, lo.sequence_parallel, lo.recompute, lo.micro_batch)
     if ctx.model.moe is not None:
         layer += moe_layer_activation_extra_bytes(ctx, tp=lo.tp, cp=lo.cp, recompute=lo.recompute,
                                                   micro_batch=lo.micro_batch, ep=lo.ep, etp=lo.expert_tp)
-    return n * (layer + M.mtp_logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch))
+    return n * (layer + logits)
+
+
+@lru_cache(maxsize=65536)
+def _mtp_dense_parts(ctx: CostContext, tp: int, cp: int, sp: bool, recompute: Recompute,
+                     micro_batch: int) -> tuple[float, float]:
+    """mtp_activation_bytes' parts that do not read the expert degrees (memoized: a search asks
+    for every EP x ETP of each): one dense layer's activations and one depth's head."""
+    return (M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch),
+            M.mtp_logits_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch))
 
 
 def moe_activation_extra_bytes(ctx: CostContext, layout: LayoutSpec, grad_accum: int) -> float:
