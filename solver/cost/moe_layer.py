@@ -207,6 +207,7 @@ class BlockCalc:
         self._shapes: dict[tuple[int, ...], ExpertShape] = {}
         self._times: dict[tuple[int, ...], MoEBlockTimes] = {}
         self._gemms: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._commons: dict[tuple[int, ...], tuple[float, ...]] = {}
 
     def shape(self, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ExpertShape:
         """expert_shape at these degrees."""
@@ -226,7 +227,9 @@ class BlockCalc:
             if len(self._times) >= self.MAX_ENTRIES:
                 self._times.clear()
                 self._gemms.clear()
-            out = self._times[key] = self._block(self.shape(*key), micro_batch * self.seq_len // cp)
+                self._commons.clear()
+            out = self._times[key] = self._block(self.shape(*key), micro_batch * self.seq_len // cp,
+                                                 (tp, cp, micro_batch))
         return out
 
     def _ffn(self, rows: int, width: int, groups: int) -> tuple[float, ...]:
@@ -237,32 +240,37 @@ class BlockCalc:
                                                     groups=groups, fp8=self.fp8 is not None)
         return out
 
-    def _router(self, t: int) -> tuple[float, ...]:
-        key = (t,)  # one element: apart from _ffn's three
-        out = self._gemms.get(key)
+    def _common(self, sh: ExpertShape, full_tokens: int, key: tuple[int, int, int]) -> tuple[float, ...]:
+        """_block's terms that read only (tp, cp, micro_batch) (`key`): the shared experts' and
+        router's forward and backward seconds, and the permute, shared-activation and logits
+        elements of the memory-bound kernels (as moe_block_times adds them)."""
+        out = self._commons.get(key)
         if out is None:
-            out = self._gemms[key] = C.gemm_fwd_bwd_s(t, self.experts, self.d, self.gpu, self.opts)
+            shared_f, shared_b = self._ffn(full_tokens, sh.shared_width, 1) if sh.shared_width else (0.0, 0.0)
+            router_f, router_db, router_wb = C.gemm_fwd_bwd_s(max(1, round(sh.tokens)), self.experts, self.d,
+                                                              self.gpu, self.opts)
+            out = self._commons[key] = (
+                shared_f + router_f, shared_b + router_db + router_wb,
+                2 * 2 * C.ACT_BYTES * sh.tokens * self.k * self.d,        # permute + unpermute
+                full_tokens * sh.shared_width,                            # shared experts' activation rows
+                3 * ROUTER_LOGIT_BYTES * sh.tokens * self.experts)        # logits, softmax/top-k
         return out
 
-    def _block(self, sh: ExpertShape, full_tokens: int) -> MoEBlockTimes:
-        """moe_block_times' body (its docstring) for one shape."""
-        d, gated, fp8, e_k = self.d, self.gated, self.fp8, self.k
+    def _block(self, sh: ExpertShape, full_tokens: int, key: tuple[int, int, int]) -> MoEBlockTimes:
+        """moe_block_times' body (its docstring) for one shape; `key`: (tp, cp, micro_batch)."""
+        d, gated, fp8 = self.d, self.gated, self.fp8
         exp_f, exp_b = self._ffn(sh.busy_rows, sh.width, sh.local_experts)
-        shared_f, shared_b = self._ffn(full_tokens, sh.shared_width, 1) if sh.shared_width else (0.0, 0.0)
-        router_f, router_db, router_wb = self._router(max(1, round(sh.tokens)))
-        per_act = 6 if gated else 4
+        other_f, other_b, permute, shared_rows, logits = self._common(sh, full_tokens, key)
         rows = sh.busy_rows * sh.local_experts
         sort = 2 * 2 * C.ACT_BYTES * rows * d if sh.local_experts > 1 else 0.0  # sort_chunks there and back
-        elem = (2 * 2 * C.ACT_BYTES * sh.tokens * e_k * d + sort  # permute + unpermute
-                + per_act * (sh.busy_rows * sh.local_experts * sh.width + full_tokens * sh.shared_width)
-                + 3 * ROUTER_LOGIT_BYTES * sh.tokens * self.experts)             # logits, softmax/top-k
+        elem = permute + sort + (6 if gated else 4) * (rows * sh.width + shared_rows) + logits
         hbm = self.hbm
         elem_s = elem / hbm
         cast_f, cast_b = (F8.expert_cast_s(F8.ExpertRows.of(sh, full_tokens, d, gated), fp8, hbm)
                           if fp8 is not None else (0.0, 0.0))
         ideal_flops = 3 * 2.0 * sh.local_experts * sh.rows_per_expert * d * sh.width * (3 if gated else 2)
-        return MoEBlockTimes(exp_f, exp_b, shared_f + router_f + elem_s + cast_f,
-                             shared_b + router_db + router_wb + 2 * elem_s + cast_b, ideal_flops / self.peak)
+        return MoEBlockTimes(exp_f, exp_b, other_f + elem_s + cast_f, other_b + 2 * elem_s + cast_b,
+                             ideal_flops / self.peak)
 
 
 def dense_ffn_times(model: ModelSpec, seq_len: int, gpu: GpuSpec, opts: CostOptions, *, tp: int, cp: int,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from solver.cost import compute as C
+from solver.cost import compute as C, shared_times
 from solver.cost import terms as T
 from solver.cost.communication import allgather_s, allreduce_s, reduce_scatter_s
 from solver.cost.moe_comm import moe_a2a_unpaired_s, moe_layer_extra_s
@@ -39,18 +39,29 @@ def mtp_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute,
     n = ctx.model.mtp_layers
     if not n:
         return 0.0
+    body, proj, head = _dense_parts(ctx, tp, cp, sp, recompute, micro_batch)
+    if ctx.model.moe is not None:  # its all-to-all exposed in full: whether its slot is paired under
+        # training.moe_a2a_overlap needs vpp and m, which this term does not read (moe_comm.slot_comm_s)
+        layer: dict[str, Any] = {"tp": tp, "cp": cp, "sp": sp, "recompute": recompute, "micro_batch": micro_batch}
+        body += (sum(moe_layer_extra_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
+                 + moe_a2a_unpaired_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
+    return n * (body + proj + head)
+
+
+@lru_cache(maxsize=65536)
+def _dense_parts(ctx: CostContext, tp: int, cp: int, sp: bool, recompute: Recompute,
+                 micro_batch: int) -> tuple[float, float, float]:
+    """mtp_s' terms of one module that do not read the expert degrees, dp or pp (memoized: the
+    search asks for every EP x ETP x DP x PP of each): the dense layer with its TP and CP
+    collectives, eh_proj, and the head with its TP collective, seconds."""
     layer: dict[str, Any] = {"tp": tp, "cp": cp, "sp": sp, "recompute": recompute, "micro_batch": micro_batch}
     body = (T.layer_compute_s(ctx, **layer) + T.layer_tp_comm_s(ctx, **layer)
             + T.layer_cp_comm_s(ctx, tp=tp, cp=cp, recompute=recompute, micro_batch=micro_batch))
-    if ctx.model.moe is not None:  # its all-to-all exposed in full: whether its slot is paired under
-        # training.moe_a2a_overlap needs vpp and m, which this term does not read (moe_comm.slot_comm_s)
-        body += (sum(moe_layer_extra_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
-                 + moe_a2a_unpaired_s(ctx, **layer, ep=ep, etp=etp, dp=dp, pp=pp))
     gpu, o, d = ctx.cluster.gpu, ctx.options, ctx.model.hidden
     tokens = micro_batch * ctx.seq_len // cp
     proj = sum(C.gemm_fwd_bwd_s(tokens, d, 2 * d, gpu, o))
-    head = C.head_times_s(ctx.model, ctx.seq_len, gpu, o, tp, cp, sp, micro_batch)
+    head = shared_times.head_times_s(ctx, tp, cp, sp, micro_batch)  # compute.head_times_s, shared by value
     if tp > 1:
         lk, msg = T.link(ctx, "tp", tp=tp), C.ACT_BYTES * micro_batch * ctx.seq_len / cp * d
         head += allgather_s(msg, lk) + reduce_scatter_s(msg, lk) if sp else allreduce_s(msg, lk)
-    return n * (body + proj + head)
+    return body, proj, head

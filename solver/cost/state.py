@@ -16,6 +16,8 @@ BF16 master and optimizer-state keys) and the framework's own bytes for the rest
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from solver.cost.accounting import ParameterCounts, StateBytes
 from solver.frameworks import StateRecipe, load_framework
 from solver.frameworks.precision import StateDtypes, realised_state
@@ -29,15 +31,21 @@ def state_recipe(training: TrainingSpec, zero: int, pp: int) -> StateRecipe:
     not run at this PP (the estimate flags it), its recipe for that stage at any PP. When
     the training spec states `precision` explicitly, the bytes of it the framework's export
     sets replace the recipe's (realised_state, with_precision)."""
-    fw = load_framework(training.framework)
-    exact = fw.recipe(zero, pp)
-    r = exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
+    r = _framework_recipe(training.framework, zero, pp)
     if "precision" not in training.model_fields_set:
         return r
     s = realised_state(training.framework, training.precision, zero)
     if s is None:
         return r.model_copy(update={"mode": f"{r.mode}; training.precision is not settable: own bytes"})
     return with_precision(r, s)
+
+
+@lru_cache(maxsize=1024)  # read for every layout's state: a profile's recipes are fixed
+def _framework_recipe(framework: str, zero: int, pp: int) -> StateRecipe:
+    """The framework's own recipe for a ZeRO stage at this PP (state_recipe)."""
+    fw = load_framework(framework)
+    exact = fw.recipe(zero, pp)
+    return exact if exact is not None else next(r for r in fw.memory.recipes if r.zero_stage == zero)
 
 
 def with_precision(r: StateRecipe, s: StateDtypes) -> StateRecipe:
