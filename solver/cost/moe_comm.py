@@ -53,6 +53,7 @@ def expert_links(ctx: CostContext, *, etp: int, ep: int, edp: int, pp: int) -> d
             for name, kind in (("etp", "tp"), ("ep", "cp"), ("edp", "dp"))}
 
 
+@lru_cache(maxsize=256)  # a count per problem, read for every layout's memory
 def routed_expert_params(ctx: CostContext) -> int:
     """Parameters of every routed expert of every MoE layer and multi-token-prediction
     module (one MoE layer each: moe_params.mtp_params), what EP x ETP split; the shared
@@ -148,8 +149,14 @@ def _routing_once(ctx: CostContext, dispatch: float, ep_link: GroupLink, *, tp: 
     probs = alltoall_time_s(dispatch * 4 / (2 * ctx.model.hidden), ep_link) if ep > 1 else 0.0
     if ctx.training.moe_pad_to_capacity:
         return probs, 0.0
-    group = achieved_link(group_links(ctx.cluster, etp * ep, 1, edp, pp, order=ctx.rank_order)["tp"], ctx.options)
+    group = _tp_ep_link(ctx, etp * ep, edp, pp)
     return probs, allgather_s(8.0 * e.experts * etp * ep, group)
+
+
+@lru_cache(maxsize=65536)  # read-only; asked again for every micro-batch size
+def _tp_ep_link(ctx: CostContext, size: int, edp: int, pp: int) -> GroupLink:
+    """The expert TP x EP group's link (`size` ranks; the 'tp' group of degrees (size, 1, edp, pp))."""
+    return achieved_link(group_links(ctx.cluster, size, 1, edp, pp, order=ctx.rank_order)["tp"], ctx.options)
 
 
 def _routing_s(routing: tuple[float, float] | None, count: int) -> float:
@@ -361,6 +368,7 @@ def _dense_ffn(ctx: CostContext, tp: int, cp: int, micro_batch: int) -> tuple[fl
         ctx.model, ctx.seq_len, ctx.cluster.gpu, ctx.options, tp=tp, cp=cp, micro_batch=micro_batch, fp8=ctx.fp8_work))
 
 
+@lru_cache(maxsize=256)  # as routed_expert_params
 def dense_and_expert_params(ctx: CostContext) -> tuple[int, int]:
     """(parameters outside the routed experts, routed-expert parameters) of the whole model,
     multi-token-prediction modules included (the training holds and updates them; they are
