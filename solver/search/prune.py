@@ -108,10 +108,10 @@ def prune_keys(lm, t, keys: list[tuple], accum: Callable[[int, int], int]) -> li
         lb, g, level, lower_s, dp_s = heapq.heappop(bounds)
         if len(worst_k) >= options.top_k and lb > max(-worst_k[0], tied) * (1 + MARGIN) + 1.0:
             break
-        if level < REFINED and dp_s is None:  # first the DP + optimizer floor, added to the levels below
-            dp_s = dp_floor.floor_s(lm, t, g, by_group[g], accum(g[3], g[5]), zeros)
-            if dp_s == math.inf:  # REFINED (pipeline bounds; a fitting layout adds at least the floor)
-                kept.add(g)  # no ZeRO stage's model state fits: the group holds no top-K layout
+        if level < REFINED and dp_s is None:  # first the DP + optimizer floor (dp_floor): a fitting layout
+            dp_s = dp_floor.floor_s(lm, t, g, by_group[g], accum(g[3], g[5]), zeros)  # adds it to the pipeline
+            if dp_s == math.inf:  # bounds below REFINED. None: no ZeRO stage's model state fits, so the
+                kept.add(g)  # group holds no top-K layout
             else:
                 heapq.heappush(bounds, (max(lb, objective(g, lower_s + dp_s)), g, level, lower_s, dp_s))
             continue
