@@ -15,8 +15,10 @@ from topology.spec import ClusterSpec
 
 ENV_PREFIX = "TRAINPLAN_"
 # Seconds per pipeline table row of a plan's searches on the 2-core reference machine
-# (service.admission.plan_work): the largest warm CPU seconds per row of the plan benchmark
-# (benchmarks/plan_latency.py, README "Plan latency": 9.9 us, Llama 3 70B on 160 A100).
+# (service.admission.plan_work): above the warm CPU seconds per row of the plan benchmark's MoE
+# plans (benchmarks/plan_latency.py at load 4-5, README "Plan latency": Mixtral 7.6 us per row,
+# ranking rows weighted 3.5, Qwen3-30B-A3B 5.3 us); small plans cost more per row (a fixed part)
+# but take well under a second.
 PLAN_TABLE_ROW_S = 10e-6
 
 
@@ -103,7 +105,10 @@ class Settings(BaseModel):
         description="Admission: a plan whose estimate is above this fraction of max_time_limit_s is "
                     "refused (422 over_capacity); the rest of the deadline is the estimate's margin.")
     worker_max_rss_bytes: int = Field(
-        default=320_000_000, ge=50_000_000,  # a warm worker on the seed: ~175 MB
+        # a warm worker on the seed: ~175 MB; the peak (VmHWM) of a worker planning the plan
+        # benchmark's MoE plans on 256 rail-optimized H100 (README "Plan latency"): Qwen3-30B-A3B
+        # 337 MB, Mixtral 8x7B 436 MB (both refused 503 memory_exceeded at the old 320 MB)
+        default=640_000_000, ge=50_000_000,
         description="Memory budget of one solve worker (resident bytes); a worker above it is "
                     "stopped (its request answers 503) and replaced.")
 
