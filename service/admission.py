@@ -13,10 +13,14 @@ Two measures, both counted from the spec alone (no graph is built):
 A plan (POST /v1/plans) is also admitted on its time (admit_plan): it builds the tables of
 several searches (plan_builds: the main search once per rank order, each scaling-grid row's
 search once per rank order, the seed ladder's ranking twice), each over its pipeline rows,
-which the tables' pruning bounds one by one (solver.search.prune); its estimate is those
-rows times the seconds one row costs on this server (settings.plan_table_row_s; a row of the
-ladder's ranking, which is evaluated in full, RANKED_ROW_WEIGHT times that), refused when
+which the tables' pruning bounds row group by row group (solver.search.prune: a group is the
+rows of one (tp, pp, cp, dp, sp, micro_batch, ep, etp), model.pipe_group); its estimate is
+those groups times the seconds one group costs on this server (settings.plan_row_group_s; a
+group of the ladder's ranking, built in full, RANKED_GROUP_WEIGHT times that), refused when
 above settings.plan_admit_fraction of the request's deadline (settings.max_time_limit_s).
+Groups, not rows, predict the time: the plan benchmark's warm CPU seconds per group are 70-98
+us on dense and MoE plans alike, per row 5-13 us (a MoE split group holds ~20 rows, a dense
+one ~9).
 """
 from __future__ import annotations
 
@@ -25,11 +29,12 @@ from typing import Any
 from topology.errors import Problem, SpecError
 
 
-# A row of the seed ladder's ranking (solver.search.api.layout_rank: every row within the
+# A row group of the seed ladder's ranking (solver.search.api.layout_rank: every row within the
 # layout's step time evaluated, and a memory-only table of all rows) costs this many pruned
-# search rows: measured on the plan benchmark's Mixtral 8x7B plan (README "Plan latency":
-# ranking 4.9 s for 2 x 77,502 rows, 32 us per row, against 9 us per row of its searches).
-RANKED_ROW_WEIGHT = 3.5
+# search groups: the plan benchmark's Mixtral 8x7B plan (README "Plan latency", warm CPU 7.51 s
+# at load 4-5): its searches' 38,088 groups at Qwen3-30B-A3B's 98 us per group = 3.7 s, the
+# ranking's 21,128 groups the other 3.8 s, 180 us per group: 1.8x.
+RANKED_GROUP_WEIGHT = 2.0
 
 
 class OverCapacity(SpecError):
@@ -138,25 +143,31 @@ def plan_builds(model, cluster, training, options, cost_options: Any = None) -> 
     return out
 
 
-def pipeline_rows(model, cluster, training, options) -> int:
-    """The pipeline rows of one search's tables before pruning (solver.search.cpsat.LayoutModel
-    .pipeline_rows: every structurally valid row, the rows the pruning visits)."""
+def table_size(model, cluster, training, options) -> tuple[int, int]:
+    """(pipeline rows, row groups) of one search's tables before pruning
+    (solver.search.cpsat.LayoutModel.pipeline_rows: every structurally valid row, the rows the
+    pruning visits; their groups, solver.search.model.pipe_group)."""
     from solver.search.cpsat import LayoutModel
+    from solver.search.model import pipe_group
 
-    return sum(1 for _ in LayoutModel(model, cluster, training, options).pipeline_rows())
+    rows, groups = 0, set()
+    for key in LayoutModel(model, cluster, training, options).pipeline_rows():
+        rows += 1
+        groups.add(pipe_group(key))
+    return rows, len(groups)
 
 
 def plan_work(model, cluster, training, options, settings: Any, cost_options: Any = None) -> dict[str, Any]:
-    """A plan's work estimate: its table builds (plan_builds) with their pipeline rows, the
-    total rows and the seconds they take at settings.plan_table_row_s."""
-    parts, total, weighted = [], 0, 0.0
+    """A plan's work estimate: its table builds (plan_builds) with their pipeline rows and row
+    groups, the totals and the seconds the groups take at settings.plan_row_group_s."""
+    parts, rows, groups, weighted = [], 0, 0, 0.0
     for what, o, builds in plan_builds(model, cluster, training, options, cost_options):
-        rows = pipeline_rows(model, cluster, training, o)
-        parts.append({"what": what, "builds": builds, "rows_per_build": rows})
-        total += builds * rows
-        weighted += builds * rows * (RANKED_ROW_WEIGHT if what == LADDER else 1.0)
-    return {"plan_table_rows": total, "plan_estimate_s": weighted * settings.plan_table_row_s,
-            "plan_builds": parts}
+        n_rows, n_groups = table_size(model, cluster, training, o)
+        parts.append({"what": what, "builds": builds, "rows_per_build": n_rows, "groups_per_build": n_groups})
+        rows, groups = rows + builds * n_rows, groups + builds * n_groups
+        weighted += builds * n_groups * (RANKED_GROUP_WEIGHT if what == LADDER else 1.0)
+    return {"plan_table_rows": rows, "plan_row_groups": groups,
+            "plan_estimate_s": weighted * settings.plan_row_group_s, "plan_builds": parts}
 
 
 def admit_plan(model, cluster, training, options, settings: Any, cost_options: Any = None) -> dict[str, Any]:
@@ -165,11 +176,12 @@ def admit_plan(model, cluster, training, options, settings: Any, cost_options: A
     work = plan_work(model, cluster, training, options, settings, cost_options)
     bound_s = settings.plan_admit_fraction * settings.max_time_limit_s
     if work["plan_estimate_s"] > bound_s:
-        builds = "; ".join(f"{p['what']}: {p['builds']} x {p['rows_per_build']:,}" for p in work["plan_builds"])
+        builds = "; ".join(f"{p['what']}: {p['builds']} x {p['groups_per_build']:,}" for p in work["plan_builds"])
         raise OverCapacity("plan too large for this server's deadline", [Problem(
-            "options", f"the plan builds {work['plan_table_rows']:,} table rows ({builds}), about "
-                       f"{work['plan_estimate_s']:.2f} s at {settings.plan_table_row_s * 1e6:g} us per row "
-                       f"(TRAINPLAN_PLAN_TABLE_ROW_S; {RANKED_ROW_WEIGHT:g}x for the {LADDER}); "
+            "options", f"the plan builds {work['plan_row_groups']:,} table row groups ({builds}; "
+                       f"{work['plan_table_rows']:,} rows), about {work['plan_estimate_s']:.2f} s at "
+                       f"{settings.plan_row_group_s * 1e6:g} us per group (TRAINPLAN_PLAN_ROW_GROUP_S; "
+                       f"{RANKED_GROUP_WEIGHT:g}x for the {LADDER}); "
                        f"this server admits plans estimated at most {bound_s:g} s, "
                        f"{settings.plan_admit_fraction:.0%} of its {settings.max_time_limit_s:g} s deadline "
                        "(TRAINPLAN_PLAN_ADMIT_FRACTION, TRAINPLAN_MAX_TIME_LIMIT_S); narrow options (e.g. "

@@ -14,12 +14,11 @@ from topology.errors import Problem, SpecError
 from topology.spec import ClusterSpec
 
 ENV_PREFIX = "TRAINPLAN_"
-# Seconds per pipeline table row of a plan's searches on the 2-core reference machine
-# (service.admission.plan_work): above the warm CPU seconds per row of the plan benchmark's MoE
-# plans (benchmarks/plan_latency.py at load 4-5, README "Plan latency": Mixtral 7.6 us per row,
-# ranking rows weighted 3.5, Qwen3-30B-A3B 5.3 us); small plans cost more per row (a fixed part)
-# but take well under a second.
-PLAN_TABLE_ROW_S = 10e-6
+# Seconds per table row group of a plan's searches on the 2-core reference machine
+# (service.admission.plan_work): above the warm CPU seconds per group of every plan of the plan
+# benchmark (benchmarks/plan_latency.py at load 4-5, README "Plan latency": 70-98 us, the most
+# Qwen3-30B-A3B's).
+PLAN_ROW_GROUP_S = 100e-6
 
 
 def default_database_url() -> str:
@@ -95,9 +94,9 @@ class Settings(BaseModel):
         default=10**9, ge=1,
         description="Admission: largest search space (product of the per-field layout domains) "
                     "a request may open (422 above).")
-    plan_table_row_s: float = Field(
-        default=PLAN_TABLE_ROW_S, gt=0,
-        description="Admission: seconds one pipeline table row of a plan costs on this server "
+    plan_row_group_s: float = Field(
+        default=PLAN_ROW_GROUP_S, gt=0,
+        description="Admission: seconds one table row group of a plan costs on this server "
                     "(service.admission.plan_work; the default is measured on the 2-core reference "
                     "machine, benchmarks/plan_latency.py).")
     plan_admit_fraction: float = Field(
