@@ -209,10 +209,17 @@ def moe_layer_compute(ctx: CostContext, *, tp: int, cp: int, recompute: Recomput
 def _compute_parts(ctx: CostContext, tp: int, cp: int, micro_batch: int, ep: int,
                    etp: int) -> tuple[float, float, float, float, float]:
     """moe_layer_compute's terms, which do not depend on the recompute level (memoized: the
-    search asks for each level of every (tp, cp, micro_batch, ep, etp)): the block's forward
-    beyond the dense FFN's, the compute beyond the dense layer's without recompute, the
-    block's forward + backward, and selective recompute's two terms (mlp's: the dense FFN's
-    forward, recompute.mlp_recompute_s, read from _dense_ffn's memo)."""
+    search asks for each level of every (tp, cp, micro_batch, ep, etp)), shared by value in
+    block_calc's memo with the selective set, all they read beyond block_calc's inputs."""
+    calc, key = block_calc(ctx), (selective_modules(ctx), tp, cp, micro_batch, ep, etp)
+    return calc.memo.get(key) or calc.remember(key, _parts(ctx, tp, cp, micro_batch, ep, etp))
+
+
+def _parts(ctx: CostContext, tp: int, cp: int, micro_batch: int, ep: int,
+           etp: int) -> tuple[float, float, float, float, float]:
+    """_compute_parts: the block's forward beyond the dense FFN's, the compute beyond the
+    dense layer's without recompute, the block's forward + backward, and selective recompute's
+    two terms (mlp's: the dense FFN's forward, recompute.mlp_recompute_s, from _dense_ffn)."""
     calc = block_calc(ctx)
     blk = calc.times(tp, cp, micro_batch, ep, etp)
     dense_f, dense_b = _dense_ffn(ctx, tp, cp, micro_batch)
@@ -229,8 +236,7 @@ def moe_layer_comm_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute:
     communication is the all-to-all exposed in a paired combined-1F1B slot under
     training.moe_a2a_overlap (moe_a2a_paired_s; in full without it) plus the expert-TP
     collectives; an unpaired slot adds moe_a2a_unpaired_s (step.compose_step_time)."""
-    comm, tp_delta, _ = _comm_s(ctx, tp, cp, sp, recompute, micro_batch, ep, etp, dp, pp)
-    return comm, tp_delta
+    return _comm_s(ctx, tp, cp, sp, recompute, micro_batch, ep, etp, dp, pp)[:2]
 
 
 def moe_a2a_unpaired_s(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute: Recompute, micro_batch: int,

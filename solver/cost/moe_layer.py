@@ -31,7 +31,7 @@ CUTLASS grouped GEMM, --moe-grouped-gemm). grouped_gemm_time_s is max(compute, H
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from functools import lru_cache
 
 from solver.cost import compute as C
@@ -208,6 +208,7 @@ class BlockCalc:
         self._times: dict[tuple[int, ...], MoEBlockTimes] = {}
         self._gemms: dict[tuple[int, ...], tuple[float, ...]] = {}
         self._commons: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self.memo: dict[tuple, Any] = {}  # remember's values
 
     def shape(self, tp: int, cp: int, micro_batch: int, ep: int, etp: int) -> ExpertShape:
         """expert_shape at these degrees."""
@@ -231,6 +232,15 @@ class BlockCalc:
             out = self._times[key] = self._block(self.shape(*key), micro_batch * self.seq_len // cp,
                                                  (tp, cp, micro_batch))
         return out
+
+    def remember(self, key: tuple, value: Any) -> Any:
+        """Keep `value` in `memo` under `key` and return it: a caller's term that reads nothing
+        beyond this calc's inputs and `key` (solver.cost.moe_comm._compute_parts), shared as
+        the block times are (values must be truthy: callers read memo.get(key) or ...)."""
+        if len(self.memo) >= self.MAX_ENTRIES:
+            self.memo.clear()
+        self.memo[key] = value
+        return value
 
     def _ffn(self, rows: int, width: int, groups: int) -> tuple[float, ...]:
         key = (rows, width, groups)

@@ -67,3 +67,26 @@ def test_moe_block_times_are_shared_by_value_and_keyed_on_the_load_imbalance():
                                                          fp8=c.fp8_work) != direct  # its own imbalance
     assert MC._dense_ffn(b, 2, 1, 1) == ML.dense_ffn_times(model, 4096, cluster.gpu, b.options, tp=2, cp=1,
                                                             micro_batch=1, fp8=b.fp8_work)
+
+
+def test_moe_compute_parts_are_shared_by_value_and_keyed_on_the_selective_set():
+    """moe_comm._compute_parts is shared by problems whose block inputs and selective recompute
+    set are equal, and not by one whose set differs ('mlp' adds the dense FFN forward it
+    redoes, which the shared value of another set would lack)."""
+    from solver.cost import moe_comm as MC
+
+    model = load_model("tests/fixtures/hf/deepseek-v3/config.json")
+    cluster = load_cluster("h800-2048")
+    training = TRAINING.model_copy(update={"seq_len": 4096})
+    a = make_context(model, cluster, training)
+    b = make_context(model, cluster.model_copy(update={"nodes": 128}), training)
+    mlp = make_context(model, cluster, training.model_copy(update={"recompute_modules": ("moe_act", "mlp")}))
+    GPU_TIMES.cache_clear()
+    key = (2, 1, 1, 8, 1)  # tp, cp, micro_batch, ep, etp
+    parts = MC._compute_parts(a, *key)
+    assert parts[4] == 0.0  # no mlp in a's set: nothing of the dense FFN redone
+    memo = MC.block_calc(a).memo
+    assert MC._compute_parts(b, *key) == parts and MC.block_calc(b).memo is memo and len(memo) == 1
+    other = MC._compute_parts(mlp, *key)
+    assert len(memo) == 2 and other[:3] == parts[:3]
+    assert other[4] == MC._dense_ffn(mlp, 2, 1, 1)[0] > 0.0  # mlp redoes the dense FFN's forward
