@@ -109,10 +109,12 @@ def exhaustive_search(model: ModelSpec, cluster: ClusterSpec, training: Training
     """
     options = options or SearchOptions()
     if len(options.rank_orders) > 1:  # each placement separately, merged
+        from solver.search.ties import first_per_placement
+
         out = [e for o in options.rank_orders
                for e in exhaustive_search(model, cluster, training,
                                           options.model_copy(update={"rank_orders": (o,)}), cost_options)]
-        return _ranked(out, options)
+        return _ranked(first_per_placement(out), options)  # a pp-1 layout once, as merge_ranked
     layouts = list(enumerate_layouts(model, cluster, training, options))
     if not layouts and not options.gpus_may_vary:
         from solver.search.fallback import usable_gpu_counts

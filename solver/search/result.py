@@ -7,7 +7,7 @@ import math
 from typing import Any, Literal
 
 from solver.cost.bands import band_sentence, mark_layouts
-from solver.search.ties import TIE_RESOLUTION, rank_with_ties
+from solver.search.ties import TIE_RESOLUTION, first_per_placement, rank_with_ties
 from solver.specs import LayoutSpec
 
 Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
@@ -114,9 +114,10 @@ def merge_ranked(results: list[SearchResult], top_k: int,
                  complete: bool) -> tuple[list[RankedLayout], Status, float, float]:
     """(layouts, status, bound, gap) of several exact searches merged: their candidates
     (each search's top K by objective and its tied set, which hold the merged top K and the
-    merged tied set) ranked again (assign_ranks). OPTIMAL only when the merge is `complete`
-    (no part left unsearched) and every search proved its optimum."""
-    cands = [c for res in results for c in (res.candidates or res.layouts)]
+    merged tied set), each placement once (first_per_placement: at pp 1 the rank orders
+    coincide), ranked again (assign_ranks). OPTIMAL only when the merge is `complete` (no
+    part left unsearched) and every search proved its optimum."""
+    cands = first_per_placement([c for res in results for c in (res.candidates or res.layouts)])
     layouts = assign_ranks(cands, results[0].objective, top_k)
     proven = complete and all(res.status == "OPTIMAL" for res in results)
     best = min(c.objective_units for c in cands)

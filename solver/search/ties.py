@@ -76,3 +76,27 @@ def rank_with_ties(evaluated: Sequence[R], objective: str) -> tuple[list[R], int
     n = sum(1 for e in ordered if e.objective_units <= limit)
     tied = sorted(ordered[:n], key=lambda e: (simplicity_key(e.layout), e.objective_units, layout_key(e.layout)))
     return tied + ordered[n:], n
+
+
+def placement_identity(layout: LayoutSpec, split: Sequence[int] | None = None) -> tuple:
+    """The layout as the cluster runs it: its fields and pipeline split, with the rank order
+    left out at pp 1, where 'tp-cp-dp-pp' and 'tp-cp-pp-dp' place every rank alike (the two
+    orders differ only in where the pipeline stages sit; topology.placement)."""
+    fields = layout.model_dump()
+    if layout.pp == 1:
+        fields["rank_order"] = None
+    return tuple(sorted(fields.items(), key=lambda kv: kv[0])) + (tuple(split or ()),)
+
+
+def first_per_placement(items: Sequence[R]) -> list[R]:
+    """`items` without the later ones that run as an earlier one does (same placement_identity
+    of layout and pipeline split): a search over both rank orders finds each pp-1 layout once
+    per order, and the ranking lists it once (the first order's)."""
+    seen: set[tuple] = set()
+    out: list[R] = []
+    for item in items:
+        key = placement_identity(item.layout, getattr(item, "pipeline_split", None))
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out

@@ -69,3 +69,22 @@ def test_search_over_both_orders_equals_exhaustive(problem):
         single = search_layouts(model, c, training, {"top_k": 1, "rank_orders": [order]})
         assert res.layouts[0].estimate.step_time_s <= single.layouts[0].estimate.step_time_s + 1e-12
         assert single.layouts[0].layout.rank_order == order
+
+
+def test_a_pp1_layout_is_ranked_once_over_both_orders(problem):
+    """At pp 1 the two orders place every rank alike (only the pipeline stages move), so a
+    search over both lists each pp-1 layout once, under the first order; the oracle too.
+    Before, each pp-1 layout came back twice (Llama 3 70B on 256 rail-optimized H100: ranks
+    1-2 and 3-4 were the same two layouts)."""
+    from solver.search.ties import placement_identity
+
+    model, c, training = problem
+    opts = {"top_k": 40, "rank_orders": list(ORDERS)}
+    res = search_layouts(model, c, training, opts)
+    ex = exhaustive_search(model, c, training, SearchOptions(**opts))
+    for ranked in (res.layouts, ex):
+        keys = [placement_identity(r.layout, getattr(r, "pipeline_split", None)) for r in ranked]
+        assert len(keys) == len(set(keys))
+        pp1 = [r.layout.rank_order for r in ranked if r.layout.pp == 1]
+        assert pp1 and set(pp1) == {ORDERS[0]}
+    assert [round(r.objective_units) for r in res.layouts] == [round(e.objective_units) for e in ex[:40]]
