@@ -18,7 +18,7 @@ from solver.cost.moe_layer import busiest_moe_layers, moe_layer_mask
 from solver.cost.moe_memory import (
     dispatch_working_set_bytes, moe_layer_activation_extra_bytes, moe_recomputed_layer_bytes,
 )
-from solver.cost.moe_stages import moe_stage_terms
+from solver.cost.moe_stages import moe_stage_terms, rank_buffers, rank_flight
 from solver.cost.terms import CostContext
 from solver.specs import LayoutSpec, Recompute, ZeroStage
 
@@ -141,25 +141,24 @@ def stage_profile(ctx: CostContext, *, tp: int, cp: int, sp: bool, recompute, mi
     min(pp - r, m) micro-batches under 1F1B (Narayanan et al. 2021, Sec. 2.2.1; interleaved:
     the first rank's in_flight_microbatches for every rank, an upper bound); the first rank
     also keeps the embedding's stored values (8 s b bytes + the dropout mask s b h / t, as
-    memory.activation_bytes), every rank its pipe buffers per micro-batch in flight
-    (memory.pipe_buffer_bytes) and its stage's per-step buffers (memory.stage_buffer_bytes);
-    full recompute adds one layer's full activations.
+    memory.activation_bytes), every rank the pipeline's own buffers (pipe buffers per
+    micro-batch in flight, the stage's per-step buffers); full recompute adds one layer's full
+    activations. Micro-batches in flight and buffers per rank are moe_stages.rank_flight and
+    moe_stages.rank_buffers, the composition MoE splits read (moe_stages.rank_activation_bytes).
     """
     per_layer = M.layer_activation_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute,
                                          micro_batch=micro_batch)
     embed = M.embedding_stored_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch)
     extra = M.recomputed_layer_bytes(ctx, tp=tp, cp=cp, sp=sp, recompute=recompute, micro_batch=micro_batch)
-    inter = M.in_flight_microbatches(pp, vpp, grad_accum)
+    flight = rank_flight(pp, vpp, grad_accum)
+    buffers = rank_buffers(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch, pp=pp, vpp=vpp,
+                           grad_accum=grad_accum, flight=flight)
     pc = ctx.params
     out = []
     for r, n in enumerate(rank_layers(split, pp)):
-        flight = float(min(pp - r, grad_accum)) if vpp == 1 else inter
         params = (n * pc.per_layer + (pc.embedding + pc.position_embedding if r == 0 else 0)
                   + (pc.final_norm + pc.lm_head if r == pp - 1 else 0))
-        pipe = M.pipe_buffer_bytes(ctx, tp=tp, cp=cp, micro_batch=micro_batch, rank=r, pp=pp)
-        act = (per_layer * n + pipe) * flight + (embed * flight if r == 0 else 0.0) + extra
-        act += M.stage_buffer_bytes(ctx, tp=tp, cp=cp, sp=sp, micro_batch=micro_batch, rank=r, pp=pp, vpp=vpp,
-                                    grad_accum=grad_accum)
+        act = flight[r] * (n * per_layer + (embed if r == 0 else 0.0)) + buffers[r] + extra
         out.append((params, act, r == pp - 1))
     return out
 

@@ -81,3 +81,34 @@ def test_moe_split_ranks_carry_their_stage_buffers():
     expected = [x + dispatch + b for x, b in zip(layers, [201_326_592, 268_435_456, 268_435_456, 117_440_512],
                                                   strict=True)]
     assert rank_activation_bytes(c, lo, 8, ns, ks) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("framework", "buffers"), [
+    # torchtitan, 1F1B PP 4, m = 8 (test_stage_buffers_by_rank): 12 A, 16 A, 16 A, 7 A
+    ("torchtitan", [805_306_368, 1_073_741_824, 1_073_741_824, 469_762_048]),
+    # DeepSpeed, TP 1 (memory.pipe_buffer_bytes): per micro-batch in flight its output on every
+    # rank but the last and its received input on every rank but the first, A + 0, A + A, A + A,
+    # 0 + A, times f = 4, 3, 2, 1 in flight: 4 A, 6 A, 4 A, 1 A
+    ("deepspeed", [268_435_456, 402_653_184, 268_435_456, 67_108_864]),
+])
+def test_dense_split_ranks_carry_the_pipelines_buffers(framework, buffers):
+    """A dense explicit split whose first and last ranks differ from the middle ones (Llama 3 8B,
+    32 layers as [7, 9, 9, 7]) is costed rank by rank (step_memory.stage_profile) with the
+    pipeline buffers MoE splits read (moe_stages.rank_buffers). Per rank: f x n x per-layer
+    bytes, the embedding's stored values on rank 0, the buffers. Parameters by hand (Llama 3 8B:
+    hidden 4096, 8 KV heads of 128, FFN 14336, vocabulary 128256): a layer 2 x 4096^2 (Q, O) +
+    2 x 4096 x 1024 (K, V) + 3 x 4096 x 14336 (SwiGLU) + 2 x 4096 (norms) = 218,112,000; the
+    embedding and the LM head 128256 x 4096 = 525,336,576 each, the final norm 4096."""
+    from solver.cost.step_memory import stage_profile
+
+    c = ctx(framework)
+    per_layer = layer_activation_bytes(c, tp=1, cp=1, sp=False, recompute="none", micro_batch=1)
+    embed = embedding_stored_bytes(c, tp=1, cp=1, sp=False, micro_batch=1)
+    got = stage_profile(c, tp=1, cp=1, sp=False, recompute="none", micro_batch=1, pp=4, vpp=1, grad_accum=8,
+                        split=(7, 9, 9, 7))
+    layer, vocab = 218_112_000, 525_336_576
+    assert [p for p, _, _ in got] == [7 * layer + vocab, 9 * layer, 9 * layer, 7 * layer + 4096 + vocab]
+    assert [last for _, _, last in got] == [False, False, False, True]
+    expected = [f * n * per_layer + b for f, n, b in zip((4, 3, 2, 1), (7, 9, 9, 7), buffers, strict=True)]
+    expected[0] += 4 * embed
+    assert [a for _, a, _ in got] == pytest.approx(expected, rel=1e-12)
