@@ -1,12 +1,13 @@
 # trainplan: `make run` prints the seed plan, `make test` runs the whole suite, `make lint`
-# runs ruff and mypy (rules and why: pyproject.toml) and must report zero findings.
+# runs ruff and mypy on the packages, tests/ and benchmarks/ (rules and why: pyproject.toml)
+# and must report zero findings.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 LINT_STAMP := $(VENV)/.installed-lint
-LINTED := topology solver service
+LINTED := topology solver service tests benchmarks
 
 .PHONY: install run test lint lint-fix serve bench clean
 

@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="audit rank 1 of the plan (`trainplan plan` / POST /v1/plans search options, "
                          "MoE splits on) instead of the search's (benchmarks/audit_plan.py)")
     args = ap.parse_args(argv)
-    run = audit
+    run: Callable[[Problem, str], dict[str, Any]] = audit
     if args.plan is not None:
         from benchmarks.audit_plan import plan_audit
 

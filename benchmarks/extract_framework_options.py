@@ -56,6 +56,8 @@ def _enum_members(repo: Repo, name: str) -> list[str] | None:
     if path is None:
         return None
     cls = class_in(repo.tree(path), name)
+    if cls is None:
+        return None
     bases = [ast.unparse(b) for b in cls.bases]
     if not any("Enum" in b for b in bases):
         return None
@@ -206,11 +208,13 @@ TORCH_SCHEDULES = {"single": ["GPipe", "1F1B"],
 
 
 def extract_torchtitan(repo: Repo) -> dict[str, Any]:
-    classes = {name: {"path": path, "fields": dataclass_fields(repo, path, name, "torchtitan")}
-               for name, path in TITAN_CLASSES.items()}
-    functions = {name: {"path": path, "params": function_params(repo, path, name)}
-                 for name, path in TITAN_FUNCTIONS.items()}
-    modules = {mod: {"path": path, "names": module_names(repo, path)} for mod, path in TITAN_MODULES.items()}
+    classes: dict[str, dict[str, Any]] = {
+        name: {"path": path, "fields": dataclass_fields(repo, path, name, "torchtitan")}
+        for name, path in TITAN_CLASSES.items()}
+    functions: dict[str, dict[str, Any]] = {name: {"path": path, "params": function_params(repo, path, name)}
+                                            for name, path in TITAN_FUNCTIONS.items()}
+    modules: dict[str, dict[str, Any]] = {mod: {"path": path, "names": module_names(repo, path)}
+                                          for mod, path in TITAN_MODULES.items()}
     paths = sorted({c["path"] for c in classes.values()} | {f["path"] for f in functions.values()}
                    | {m["path"] for m in modules.values()})
     by_module = {mod: {name: {"path": path, "params": function_params(repo, path, name)} for name in names}
@@ -226,8 +230,9 @@ def extract_torchtitan(repo: Repo) -> dict[str, Any]:
 
 def _flavors(repo: Repo, path: str, table: str) -> list[str]:
     for node in repo.tree(path).body:
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == table:
-            return [ast.literal_eval(k) for k in node.value.keys]
+        if (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == table
+                and isinstance(node.value, ast.Dict)):
+            return [ast.literal_eval(k) for k in node.value.keys if k is not None]
     return []
 
 

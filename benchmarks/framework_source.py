@@ -34,7 +34,9 @@ class Repo:
         found = subprocess.run(["git", "--git-dir", self.git_dir, "grep", "-l", "-E",
                                 f"^class {name}\\b", self.commit, "--", under],
                                capture_output=True, text=True)  # exit 1: no match
-        out = found.stdout if found.returncode in (0, 1) else found.check_returncode()
+        if found.returncode not in (0, 1):
+            found.check_returncode()  # raises CalledProcessError
+        out = found.stdout
         paths = [line.split(":", 1)[1] for line in out.splitlines()]
         if not paths:
             raise LookupError(f"class {name} not found under {under}")
@@ -142,7 +144,7 @@ def _one_field(node: ast.AnnAssign, path: str) -> dict[str, Any]:
             entry["init"] = False
         meta = keyword_arg(call, "metadata")
         if isinstance(meta, ast.Dict):
-            for k, v in zip(meta.keys, meta.values):
+            for k, v in zip(meta.keys, meta.values, strict=True):
                 if k is not None and literal(k) == "argparse_meta":
                     entry["argparse_meta"] = _argparse_meta(v)
     choices = _literal_choices(node.annotation)
@@ -155,7 +157,7 @@ def _argparse_meta(node: ast.AST) -> dict[str, Any]:
     if not isinstance(node, ast.Dict):
         return {"expr": ast.unparse(node)}
     return {literal(k): (literal(v) if literal(k) != "type" else ast.unparse(v))
-            for k, v in zip(node.keys, node.values) if k is not None}
+            for k, v in zip(node.keys, node.values, strict=True) if k is not None}
 
 
 def function_params(repo: Repo, path: str, name: str) -> dict[str, Any]:
@@ -166,8 +168,10 @@ def function_params(repo: Repo, path: str, name: str) -> dict[str, Any]:
 
 def method_params(repo: Repo, path: str, cls: str, name: str) -> dict[str, Any]:
     """Parameters of a method of a top-level class, without self."""
-    body = class_in(repo.tree(path), cls).body
-    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+    found = class_in(repo.tree(path), cls)
+    if found is None:
+        raise LookupError(f"class {cls} not found in {path}")
+    fn = next(n for n in found.body if isinstance(n, ast.FunctionDef) and n.name == name)
     return {k: v for k, v in _params(fn).items() if k != "self"}
 
 
@@ -176,9 +180,9 @@ def _params(fn: ast.FunctionDef) -> dict[str, Any]:
     params: dict[str, Any] = {}
     positional = a.posonlyargs + a.args
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-    for arg, default in zip(positional, defaults):
+    for arg, default in zip(positional, defaults, strict=True):
         params[arg.arg] = _MISSING if default is None else literal(default)
-    for arg, default in zip(a.kwonlyargs, a.kw_defaults):
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
         params[arg.arg] = _MISSING if default is None else literal(default)
     return params
 

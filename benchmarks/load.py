@@ -67,7 +67,8 @@ class HealthProbe:
     """GET /healthz every `every_s` on one keep-alive connection until stopped."""
 
     def __init__(self, port: int, every_s: float = 0.02) -> None:
-        self.port, self.every_s, self.seconds = port, every_s, []
+        self.port, self.every_s = port, every_s
+        self.seconds: list[float] = []
         self.failed = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from typing import Any
 
-SEED = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
-        "options": {"top_k": 3, "time_limit_s": 2}}
+SEED: dict[str, Any] = {"model": "seed-70b", "cluster": "seed-512", "training": "seed-300b",
+                        "options": {"top_k": 3, "time_limit_s": 2}}
 
 # The planner's axes. Dense model presets of both refs; node counts of 8-GPU servers from
 # 16 to 128 (128 to 1,024 GPUs); H100 and H200 (presets of both refs); inter-node bandwidth

@@ -12,6 +12,7 @@ import json
 import os
 import statistics
 import time
+from typing import Any
 
 from solver.errors import PlannerError
 from solver.presets import load_model, load_training
@@ -101,8 +102,10 @@ def main() -> None:
     model, cluster, training = load_model("seed-70b"), load_cluster("seed-512"), load_training("seed-300b")
     out = {"seed_top10": case(model, cluster, training, args.repeats)}
     out["seed_cpsat_vs_exhaustive"] = seed_vs_exhaustive(model, cluster, training)
-    for name, opts in {"min_cost": {"objective": "min_cost"}, "allow_fewer_gpus": {"allow_fewer_gpus": True},
-                       "min_gpus": {"objective": "min_gpus"}}.items():
+    variants: dict[str, dict[str, Any]] = {"min_cost": {"objective": "min_cost"},
+                                           "allow_fewer_gpus": {"allow_fewer_gpus": True},
+                                           "min_gpus": {"objective": "min_gpus"}}
+    for name, opts in variants.items():
         out[f"seed_{name}_top10"] = case(model, cluster, training, 2, **opts)
     for name in MOE_PROBLEMS:
         out[name] = moe_case(name, 2)

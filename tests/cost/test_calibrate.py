@@ -5,6 +5,7 @@ import copy
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ def _family(name: str) -> list[dict]:
     return [r for r in ROWS if family(r) == name]
 
 
-def synthetic_runs(rows: list[dict], **truth: float) -> list[dict]:
+def synthetic_runs(rows: list[dict], **truth: Any) -> list[dict]:
     """The rows, their measured step times replaced by predictions under other constants (a known truth)."""
     options = dataclasses.replace(DEFAULT_OPTIONS, **truth)
     out = []

@@ -7,12 +7,13 @@ import pytest
 
 from solver.cost.estimate import make_context
 from solver.cost.memory import comm_buffer_bytes, dp_buffer_bytes
+from solver.frameworks.profile import FrameworkName
 from solver.presets import load_model
 from solver.specs import TrainingSpec
 from topology.catalog import load_cluster
 
 
-def _ctx(model: str, framework: str = "deepspeed"):
+def _ctx(model: str, framework: FrameworkName = "deepspeed"):
     t = TrainingSpec(seq_len=8192, global_batch_tokens=8192 * 256, framework=framework)
     return make_context(load_model(model), load_cluster("dgx-h100-superpod"), t)
 

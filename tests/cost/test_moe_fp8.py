@@ -84,7 +84,7 @@ def test_mixtral_expert_weights_on_rank_and_their_fp8_copies():
     cluster, train = load_cluster("dgx-h100-superpod"), load_training("seed-300b")
     fp8 = make_context(MIXTRAL, cluster, train.model_copy(update={"compute_precision": "fp8-delayed"}))
     bf16 = make_context(MIXTRAL, cluster, train)
-    kw = dict(tp=2, pp=4, dp=128, cp=1, zero=1, ep=8, etp=1)
+    kw = {"tp": 2, "pp": 4, "dp": 128, "cp": 1, "zero": 1, "ep": 8, "etp": 1}
     # TE caches row- and column-wise FP8 copies: 2 bytes per weight.
     assert (moe_model_state(fp8, **kw).weights - moe_model_state(bf16, **kw).weights
             == pytest.approx(2 * 1_577_058_304))

@@ -34,7 +34,8 @@ def test_links_carry_each_tiers_efficiency(seed_model, seed_cluster, seed_traini
     """Seed: TP8 stays in a node (450 GB/s stated), the DP group of TP8 x DP64 leaves it (45):
     at 0.8 / 0.5 they get 360 and 22.5 GB/s; latencies are unchanged."""
     o = dataclasses.replace(DEFAULT_OPTIONS, intra_node_network_efficiency=0.8, inter_node_network_efficiency=0.5)
-    ctx, base = CostContext(seed_model, seed_cluster, seed_training, o), CostContext(seed_model, seed_cluster, seed_training)
+    ctx = CostContext(seed_model, seed_cluster, seed_training, o)
+    base = CostContext(seed_model, seed_cluster, seed_training)
     assert link(ctx, "tp", tp=8).bandwidth_gb_s == pytest.approx(360.0)
     assert link(ctx, "dp", tp=8, dp=64).bandwidth_gb_s == pytest.approx(22.5)
     assert link(ctx, "dp", tp=8, dp=64).latency_s == link(base, "dp", tp=8, dp=64).latency_s

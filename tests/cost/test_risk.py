@@ -62,14 +62,15 @@ def test_seed_markdown_prints_the_run_risk(seed_model, seed_cluster, seed_traini
     md = render_plan(plan)
     r = plan["run_risk"]
     section = md[md.index(". Run risk"):md.index(". Failure checks")]
-    for text in ("695.0 GB", "11.1 s", f"{r['interval_s']:,.0f} s", f"{r['expected']['interruptions']:.1f} interruptions",
+    for text in ("695.0 GB", "11.1 s", f"{r['interval_s']:,.0f} s",
+                 f"{r['expected']['interruptions']:.1f} interruptions",
                  f"{r['goodput']:.1%}", f"{r['gpu_hours']:,.0f} GPU-hours", f"{r['days']:,.2f} days", "EUR"):
         assert text in section, text
     assert r["cost"] == pytest.approx(2.5 * r["gpu_hours"])
 
 
 def _model(**kw) -> FailureModel:
-    base = dict(gpus=1024, interruptions_per_gpu_hour=2e-5, blocking_s=30.0, lag_s=0.0, restart_s=600.0)
+    base = {"gpus": 1024, "interruptions_per_gpu_hour": 2e-5, "blocking_s": 30.0, "lag_s": 0.0, "restart_s": 600.0}
     return FailureModel(**{**base, **kw})
 
 

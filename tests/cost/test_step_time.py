@@ -9,6 +9,7 @@ from solver.cost.step import compose_memory, compose_step_time, memory_terms, ti
 from solver.cost.terms import layers_on_rank
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec
 from topology.spec import ClusterSpec
+import itertools
 
 A100 = {"name": "a100", "memory_gb": 80, "peak_tflops": 312, "hbm_gb_s": 2039}
 
@@ -60,7 +61,7 @@ def test_per_gpu_throughput_drops_as_dp_grows(seed_model, seed_cluster, seed_tra
         est = estimate_layout(seed_model, seed_cluster, training, layout)
         assert est.grad_accum == 8
         rates.append(est.tokens_per_s / layout.gpus)
-    assert all(a > b for a, b in zip(rates, rates[1:])), rates
+    assert all(a > b for a, b in itertools.pairwise(rates)), rates
 
 
 def test_seed_layout_under_megatron_core_memory(seed_model, seed_cluster, seed_training, seed_layout):
@@ -126,7 +127,7 @@ def test_zero_shards_the_optimizer_step(seed_model, seed_cluster, seed_training)
 def test_zero3_costs_more_dp_traffic_than_zero1(seed_model, seed_cluster, seed_training):
     from solver.cost.options import CostOptions
     ctx = make_context(seed_model, seed_cluster, seed_training, CostOptions(dp_overlap_fraction=0.0))
-    args = dict(tp=8, cp=1, dp=64, pp=1, grad_accum=8)
+    args = {"tp": 8, "cp": 1, "dp": 64, "pp": 1, "grad_accum": 8}
     z1 = T.dp_exposed_s(ctx, zero=1, **args)   # no overlap: the step's whole DP traffic
     z3 = T.dp_exposed_s(ctx, zero=3, **args)
     z0 = T.dp_exposed_s(ctx, zero=0, **args)
@@ -166,7 +167,7 @@ def test_fsdp_prefetch_hides_dp_traffic_under_a_long_micro_batch(seed_model, see
     from solver.cost.options import CostOptions
     bucket_s = 3 * 10e-6 + 0.75 * (8_687_617_024 / 109) / 45e9
     ctx = make_context(seed_model, seed_cluster, seed_training)
-    kw = dict(tp=4, cp=1, dp=4, pp=4, zero=3, grad_accum=1)
+    kw = {"tp": 4, "cp": 1, "dp": 4, "pp": 4, "zero": 3, "grad_accum": 1}
     assert T.dp_exposed_s(ctx, **kw) == pytest.approx(2 * bucket_s)
     plain = make_context(seed_model, seed_cluster, seed_training, CostOptions(dp_overlap_fraction=0.0))
     assert T.dp_exposed_s(plain, **kw) == pytest.approx(3 * 109 * bucket_s)
@@ -183,7 +184,7 @@ def test_dp_buckets_grow_with_dp_so_latency_stays_bounded(seed_model, seed_clust
     assert T.dp_bucket_elements(CostOptions(), 8) == 40_000_000
     assert T.dp_bucket_elements(CostOptions(), 512) == 512_000_000
     ctx = make_context(seed_model, seed_cluster, seed_training, CostOptions(dp_overlap_fraction=0.0))
-    kw = dict(tp=1, cp=1, dp=512, pp=1, zero=1, grad_accum=1)
+    kw = {"tp": 1, "cp": 1, "dp": 512, "pp": 1, "zero": 1, "grad_accum": 1}
     assert T.dp_exposed_s(ctx, **kw) == pytest.approx(7.556, rel=0.01)
     fixed = make_context(seed_model, seed_cluster, seed_training,
                          CostOptions(dp_overlap_fraction=0.0, dp_bucket_elements_per_rank=0))

@@ -75,7 +75,7 @@ def test_moe_split_ranks_carry_their_stage_buffers():
     lo = LayoutSpec(tp=1, pp=4, dp=8, ep=8, etp=1, zero_stage=1, micro_batch=1, recompute="none",
                     pipeline_layers=[11, 13, 13, 11])
     ns, ks = [11, 13, 13, 11], [11, 13, 13, 11]
-    per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight = activation_parts(c, lo, 8)[:8]
+    per_layer, per_moe, embed, _full, _moe_full, dispatch, _mtp, flight = activation_parts(c, lo, 8)[:8]
     layers = [f * (n * per_layer + k * per_moe) for f, n, k in zip(flight, ns, ks, strict=True)]
     layers[0] += flight[0] * embed
     expected = [x + dispatch + b for x, b in zip(layers, [201_326_592, 268_435_456, 268_435_456, 117_440_512],

@@ -42,7 +42,7 @@ def test_plan_markdown_has_the_seed_sections(capsys):
 def test_plan_without_training_assumes_the_seed_recipe_and_says_so(capsys):
     """`plan --model M --cluster C` (issue 2: --training is optional) uses seed-300b and
     states it first among the assumptions (`estimate` still requires it: test below)."""
-    code, out, err = run(capsys, ["plan", "--model", "seed-70b", "--cluster", "seed-512", "--format", "json"])
+    code, out, _err = run(capsys, ["plan", "--model", "seed-70b", "--cluster", "seed-512", "--format", "json"])
     assert code == 0
     plan = json.loads(out)
     assert plan["assumptions"][0].startswith("training not given: the seed recipe 'seed-300b'")

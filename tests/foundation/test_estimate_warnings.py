@@ -31,7 +31,7 @@ def test_the_seed_layout_gets_no_warning(capsys):
 
 def test_one_sequence_seq_len_one_and_a_cluster_beyond_the_batch(capsys):
     training = {"tokens": 1e6, "seq_len": 1, "global_batch_tokens": 1}
-    code, est, err = run(capsys, training, {"tp": 8, "dp": 1, "pp": 8})
+    code, est, _err = run(capsys, training, {"tp": 8, "dp": 1, "pp": 8})
     assert code == 0
     text = " | ".join(est["warnings"])
     assert "one sequence" in text and "seq_len is 1" in text

@@ -1,13 +1,15 @@
 """LayoutSpec.ep / .etp: Megatron-Core's expert folding (NVIDIA/Megatron-LM d98e8a64,
 megatron/core/parallel_state.py L874-883; megatron/training/arguments.py L587, L1657)."""
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
 from solver.model_parts import MoESpec
 from solver.specs import LayoutSpec, ModelSpec, TrainingSpec, check_layout_fits_model
 
-DENSE = dict(name="m", layers=4, hidden=512, ffn_hidden=2048, ffn_gated=True, heads=8, kv_heads=8,
-             head_dim=64, vocab=1000, tied_embeddings=False)
+DENSE: dict[str, Any] = {"name": "m", "layers": 4, "hidden": 512, "ffn_hidden": 2048, "ffn_gated": True,
+                         "heads": 8, "kv_heads": 8, "head_dim": 64, "vocab": 1000, "tied_embeddings": False}
 MOE = ModelSpec(**DENSE, moe=MoESpec(experts=8, experts_per_token=2, expert_ffn_hidden=1024))
 TRAIN = TrainingSpec(seq_len=4096, global_batch_tokens=4096 * 64, tokens=1e9)
 

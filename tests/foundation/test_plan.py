@@ -10,7 +10,7 @@ import pytest
 
 from solver.errors import InfeasibleError, SpecError
 from solver.plan import (
-    LAYOUT_FIELDS, build_plan, estimate_accounting, ladder_layouts, largest_tp,
+    build_plan, estimate_accounting, ladder_layouts, largest_tp,
 )
 from solver.plan_stages import scaling_grid
 from solver.presets import load_model, load_training

@@ -38,8 +38,8 @@ def test_parameter_totals_match_published(name, published):
 
 def test_gpt3_matches_narayanan_eq2_exactly_but_final_norm():
     # Our count adds the final LayerNorm (2h = 24,576), which eq. 2 omits.
-    l, h, v, s = 96, 12288, 51200, 2048
-    eq2 = 12 * l * h**2 + 13 * l * h + (v + s) * h
+    n, h, v, s = 96, 12288, 51200, 2048
+    eq2 = 12 * n * h**2 + 13 * n * h + (v + s) * h
     assert eq2 == 174_615_822_336
     assert parameter_counts(load_model("gpt3-175b")).total == eq2 + 2 * h
 

@@ -1,4 +1,6 @@
 """Bad specs give one clear problem per fault, each with its dotted field path."""
+from typing import Any
+
 import pytest
 
 from solver.errors import SpecError, UnknownPresetError
@@ -7,10 +9,10 @@ from topology.catalog import load_cluster
 
 MODEL = {"name": "m", "layers": 4, "hidden": 512, "ffn_hidden": 2048, "ffn_gated": True,
          "heads": 8, "kv_heads": 2, "head_dim": 64, "vocab": 1000, "tied_embeddings": True}
-CLUSTER = {"name": "c", "nodes": 2, "gpus_per_node": 8,
-           "gpu": {"name": "g", "memory_gb": 80, "peak_tflops": 1000, "hbm_gb_s": 3350},
-           "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
-           "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}}
+CLUSTER: dict[str, Any] = {"name": "c", "nodes": 2, "gpus_per_node": 8,
+                           "gpu": {"name": "g", "memory_gb": 80, "peak_tflops": 1000, "hbm_gb_s": 3350},
+                           "intra_node": {"bandwidth_gb_s": 450, "latency_us": 3},
+                           "inter_node": {"bandwidth_gb_s": 45, "latency_us": 10}}
 TRAINING = {"tokens": 1e9, "seq_len": 2048, "global_batch_tokens": 1048576}
 
 

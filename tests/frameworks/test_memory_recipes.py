@@ -43,7 +43,7 @@ def test_torchtitan_fsdp2_is_16_over_d_plus_two_gathered_layers():
     # layers in flight, 2 x 855,654,400 / 8 x 2 B = 0.428 GB, and the LM-head unit kept
     # gathered: seed-70b ties its embeddings, so the unit is embedding (128,000 x 8,192 =
     # 1,048,576,000) + final norm (8,192): 1,048,584,192 / 8 x 2 B = 0.262 GB.
-    est, w, g, o = _state("torchtitan", tp=8, dp=64, zero_stage=3, sequence_parallel=True)
+    _est, w, g, o = _state("torchtitan", tp=8, dp=64, zero_stage=3, sequence_parallel=True)
     assert w + g + o == pytest.approx(16 / 64 * N / 8)
     ctx = make_context(load_model("seed-70b"), load_cluster("seed-512"),
                        load_training("seed-300b").model_copy(update={"framework": "torchtitan"}))

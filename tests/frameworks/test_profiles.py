@@ -41,7 +41,7 @@ def test_training_framework_defaults_to_megatron_core_and_is_closed():
     assert t.framework == "megatron-core"
     assert load_training({"seq_len": 2048, "global_batch_tokens": 2048, "framework": "deepspeed"}).framework \
         == "deepspeed"
-    with pytest.raises(SpecError, match="training.framework"):
+    with pytest.raises(SpecError, match=r"training\.framework"):
         load_training({"seq_len": 2048, "global_batch_tokens": 2048, "framework": "jax"})
 
 

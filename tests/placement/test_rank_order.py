@@ -37,7 +37,7 @@ def test_dp_link_follows_the_rank_order(problem):
 
 def test_cost_model_prefers_the_placement_keeping_dp_in_the_leaf(problem):
     model, c, training = problem
-    base = dict(tp=4, pp=4, dp=2, micro_batch=1)
+    base = {"tp": 4, "pp": 4, "dp": 2, "micro_batch": 1}
     keep = estimate_layout(model, c, training, LayoutSpec(**base, rank_order="tp-cp-dp-pp"))
     span = estimate_layout(model, c, training, LayoutSpec(**base, rank_order="tp-cp-pp-dp"))
     # Same compute and memory; only the DP traffic (and PP p2p) changes with the placement.

@@ -15,10 +15,11 @@ def tiny_model(layers: int, heads: int, kv_div: int, head_dim: int, ffn_mult: in
 
 
 def tiny_cluster(nodes: int, gpus_per_node: int, memory_gb: float) -> ClusterSpec:
-    return ClusterSpec(name="tiny", nodes=nodes, gpus_per_node=gpus_per_node,
-                       gpu={"name": "g", "memory_gb": memory_gb, "peak_tflops": 300, "hbm_gb_s": 2000},
-                       intra_node={"bandwidth_gb_s": 200, "latency_us": 3},
-                       inter_node={"bandwidth_gb_s": 25, "latency_us": 10})
+    return ClusterSpec.model_validate({
+        "name": "tiny", "nodes": nodes, "gpus_per_node": gpus_per_node,
+        "gpu": {"name": "g", "memory_gb": memory_gb, "peak_tflops": 300, "hbm_gb_s": 2000},
+        "intra_node": {"bandwidth_gb_s": 200, "latency_us": 3},
+        "inter_node": {"bandwidth_gb_s": 25, "latency_us": 10}})
 
 
 def tiny_training(seq_len: int, batch_seqs: int, tokens: float = 1e10) -> TrainingSpec:
@@ -39,7 +40,9 @@ def binding_cluster(model: ModelSpec, nodes: int, gpus_per_node: int, share: flo
 
     # `share` of the unsharded model state under the default framework's recipe (Megatron-Core
     # ZeRO-0: 18 bytes/param), the per-layout memory the cost model charges.
-    full = load_framework("megatron-core").recipe(0, 1).bytes_per_param(1)
+    recipe = load_framework("megatron-core").recipe(0, 1)
+    assert recipe is not None  # Megatron-Core runs ZeRO-0 at PP 1
+    full = recipe.bytes_per_param(1)
     state = parameter_counts(model).total * full
     return tiny_cluster(nodes, gpus_per_node, (3e9 + share * state) / 0.9 / 1e9)
 

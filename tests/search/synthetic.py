@@ -4,8 +4,9 @@ step = accum x t_mb + (pp - 1)/vpp x t_mb + sync, memory = state + activations, 
 term reads only a few layout fields. A MoE model adds expert terms that read ep and etp
 (etp 0: a dense layout, no expert terms): expert GEMMs split over ep x etp with an imbalance
 growing with ep, a token all-to-all that is dearer when the EP x ETP block leaves the node,
-expert weights sharded over ep x etp and their optimizer over the expert-DP ranks. The real cost model is tested against the search in
-test_search_exact.py; this one isolates the CP-SAT engine, the window and the ranking.
+expert weights sharded over ep x etp and their optimizer over the expert-DP ranks. The real
+cost model is tested against the search in test_search_exact.py; this one isolates the CP-SAT
+engine, the window and the ranking.
 """
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def rows_builder(capacity_bytes):
         keys, pipe, act = [], [], []
         for key in lm.pipeline_rows():
             tp, pp, cp, dp, vpp, mb, sp, rc, ep, etp = key
-            kw = dict(tp=tp, cp=cp, sequence_parallel=bool(sp), recompute=RECOMPUTE_NAMES[rc],
-                      micro_batch=mb, pp=pp, vpp=vpp, ep=ep, etp=etp)
+            kw = {"tp": tp, "cp": cp, "sequence_parallel": bool(sp), "recompute": RECOMPUTE_NAMES[rc],
+                  "micro_batch": mb, "pp": pp, "vpp": vpp, "ep": ep, "etp": etp}
             t = t_mb_s(m, **kw)
             acc = accumulation(training, dp, mb)
             keys.append(key)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from solver.errors import InfeasibleError
 from solver.frameworks import load_framework
 from solver.frameworks.capability import violations
+from solver.frameworks.profile import FrameworkName
 from solver.model_parts import MoESpec
 from solver.search import rules
 from solver.search.api import search_layouts
@@ -35,13 +36,14 @@ def moe_model(layers: int = 4, experts: int = 8, ffn: int = 512) -> ModelSpec:
 
 
 def cluster(nodes: int = 2, memory_gb: float = 80) -> ClusterSpec:
-    return ClusterSpec(name="c", nodes=nodes, gpus_per_node=synthetic.GPUS_PER_NODE,
-                       gpu={"name": "g", "memory_gb": memory_gb, "peak_tflops": 100, "hbm_gb_s": 1000},
-                       intra_node={"bandwidth_gb_s": 100, "latency_us": 1},
-                       inter_node={"bandwidth_gb_s": 10, "latency_us": 5})
+    return ClusterSpec.model_validate({
+        "name": "c", "nodes": nodes, "gpus_per_node": synthetic.GPUS_PER_NODE,
+        "gpu": {"name": "g", "memory_gb": memory_gb, "peak_tflops": 100, "hbm_gb_s": 1000},
+        "intra_node": {"bandwidth_gb_s": 100, "latency_us": 1},
+        "inter_node": {"bandwidth_gb_s": 10, "latency_us": 5}})
 
 
-def training(framework: str = "megatron-core", batch_seqs: int = 16) -> TrainingSpec:
+def training(framework: FrameworkName = "megatron-core", batch_seqs: int = 16) -> TrainingSpec:
     return TrainingSpec(seq_len=1024, global_batch_tokens=1024 * batch_seqs, tokens=1e9, framework=framework)
 
 

@@ -19,10 +19,11 @@ from topology.spec import ClusterSpec
 
 
 def cluster(nodes: int, gpus_per_node: int, memory_gb: float = 80) -> ClusterSpec:
-    return ClusterSpec(name="c", nodes=nodes, gpus_per_node=gpus_per_node,
-                       gpu={"name": "g", "memory_gb": memory_gb, "peak_tflops": 300, "hbm_gb_s": 2000},
-                       intra_node={"bandwidth_gb_s": 200, "latency_us": 3},
-                       inter_node={"bandwidth_gb_s": 25, "latency_us": 10})
+    return ClusterSpec.model_validate({
+        "name": "c", "nodes": nodes, "gpus_per_node": gpus_per_node,
+        "gpu": {"name": "g", "memory_gb": memory_gb, "peak_tflops": 300, "hbm_gb_s": 2000},
+        "intra_node": {"bandwidth_gb_s": 200, "latency_us": 3},
+        "inter_node": {"bandwidth_gb_s": 25, "latency_us": 10}})
 
 
 def objectives(model, clu, train, options):

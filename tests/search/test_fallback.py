@@ -11,7 +11,7 @@ from solver.search.space import enumerate_layouts
 from solver.search.ties import rank_with_ties
 from tests.search.problems import models, tiny_cluster, tiny_model, tiny_training
 
-SMALL = dict(max_micro_batch=2, max_vpp=2, max_cp=2, time_limit_s=30)
+SMALL = {"max_micro_batch": 2, "max_vpp": 2, "max_cp": 2, "time_limit_s": 30}
 
 
 def brute_counts(model, cluster, training, options):
@@ -59,7 +59,8 @@ def test_counts_near_the_target_are_merged_by_step_time(monkeypatch):
     res = search_layouts(model, cluster, training, options)
     assert res.fallback and res.status == "OPTIMAL" and set(res.gpus_used) <= set(counts)
     union = [e.objective_units for e in rank_with_ties(  # the tie rule over the merged counts
-        [e for g in counts for e in exhaustive_search(model, cluster, training, options.model_copy(update={"gpus": g}))],
+        [e for g in counts
+         for e in exhaustive_search(model, cluster, training, options.model_copy(update={"gpus": g}))],
         options.objective)[0]]
     assert [r.objective_units for r in res.layouts] == pytest.approx(union[:6], rel=1e-12)
 

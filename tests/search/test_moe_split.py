@@ -23,6 +23,7 @@ OPT = {"split_stages": True, **SMALL}
 def dsv3_shaped(layers: int = 7):
     """A DeepSeek-V3-shaped tiny model: a first dense layer, a shared expert, one MTP module."""
     base = moe_model(layers=layers)
+    assert base.moe is not None
     return base.model_copy(update={"mtp_layers": 1, "moe": base.moe.model_copy(
         update={"shared_experts": 1, "first_dense_layers": 1})})
 

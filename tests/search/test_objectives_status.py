@@ -17,7 +17,7 @@ from tests.search.problems import binding_cluster, models, shapes, trainings
 def test_min_gpus_deadline_equals_exhaustive(model, shape, training, deadline_factor):
     """Deadline = factor x the run time of the fastest layout, so it binds in some examples."""
     cluster = binding_cluster(model, *shape)
-    base = dict(max_micro_batch=2, max_vpp=2, max_cp=2, top_k=2)
+    base = {"max_micro_batch": 2, "max_vpp": 2, "max_cp": 2, "top_k": 2}
     fastest = exhaustive_search(model, cluster, training, SearchOptions(**base))
     if not fastest:
         return

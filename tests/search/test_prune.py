@@ -18,7 +18,7 @@ from tests.search.problems import (
     binding_cluster, models, shapes, tiny_cluster, tiny_model, tiny_training, trainings,
 )
 
-SMALL = dict(max_micro_batch=2, max_vpp=3, max_cp=2, time_limit_s=30)
+SMALL = {"max_micro_batch": 2, "max_vpp": 3, "max_cp": 2, "time_limit_s": 30}
 
 
 @settings(deadline=None, max_examples=12, suppress_health_check=[HealthCheck.too_slow])
@@ -49,7 +49,7 @@ def test_pruned_top10_equals_exhaustive_on_64_gpus(objective, fewer):
     The deadline is 3x the fastest layout's run: it binds (the fewest-GPU layouts miss it)."""
     model = tiny_model(12, 8, 2, 128, 4, True)
     cluster, training = binding_cluster(model, 8, 8, 0.5), tiny_training(1024, 32)
-    base = dict(max_micro_batch=2, max_vpp=2, max_cp=2, recompute=("none", "full"))
+    base = {"max_micro_batch": 2, "max_vpp": 2, "max_cp": 2, "recompute": ("none", "full")}
     deadline = None
     if objective == "min_gpus_deadline":
         fastest = search_layouts(model, cluster, training, {"top_k": 1, **base}).layouts[0].estimate

@@ -20,7 +20,7 @@ from solver.search.ties import rank_with_ties
 from tests.search.problems import binding_cluster, models, shapes, trainings
 from topology.catalog import load_cluster
 
-SMALL = dict(max_micro_batch=2, max_vpp=2, max_cp=2, time_limit_s=30)
+SMALL = {"max_micro_batch": 2, "max_vpp": 2, "max_cp": 2, "time_limit_s": 30}
 
 
 def ranked(model, cluster, training, options):

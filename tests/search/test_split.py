@@ -31,7 +31,7 @@ def terms(layer_s, head_s, emb_s, p2p_s=0.0):
 def compositions(total, parts):
     for cuts in itertools.combinations(range(1, total), parts - 1):
         edges = (0,) + cuts + (total,)
-        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+        yield tuple(b - a for a, b in itertools.pairwise(edges))
 
 
 @settings(max_examples=150, deadline=None)
@@ -47,7 +47,7 @@ def test_balanced_split_is_time_optimal_then_memory_optimal(layers, pp, layer_s,
     extra[0] += emb if pp > 1 else 0.0
 
     def t_max(split):
-        return max(n * layer_s + e for n, e in zip(split, extra))
+        return max(n * layer_s + e for n, e in zip(split, extra, strict=True))
 
     def held(split):
         return max(n * min(pp - r, m) for r, n in enumerate(split))

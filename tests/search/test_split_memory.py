@@ -31,7 +31,7 @@ def problem(share=0.5):
 def compositions(total, parts):
     for cuts in itertools.combinations(range(1, total), parts - 1):
         edges = (0,) + cuts + (total,)
-        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+        yield tuple(b - a for a, b in itertools.pairwise(edges))
 
 
 def fastest_split(ctx, layout):
@@ -78,13 +78,13 @@ def test_stage_layer_limits_are_exact():
             continue
         m = accumulation(training, layout.dp, layout.micro_batch)
         lo = layout
-        kw = dict(tp=lo.tp, pp=lo.pp, dp=lo.dp, cp=lo.cp, zero=lo.zero_stage,
-                  logits=M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
-                  comm_buffers=M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
-                                                   sp=lo.sequence_parallel, zero=lo.zero_stage,
-                                                   micro_batch=lo.micro_batch))
+        kw = {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "cp": lo.cp, "zero": lo.zero_stage,
+              "logits": M.logits_bytes(ctx, tp=lo.tp, cp=lo.cp, micro_batch=lo.micro_batch),
+              "comm_buffers": M.comm_buffer_bytes(ctx, tp=lo.tp, cp=lo.cp, dp=lo.dp, pp=lo.pp,
+                                                  sp=lo.sequence_parallel, zero=lo.zero_stage,
+                                                  micro_batch=lo.micro_batch)}
 
-        def total(r, n):
+        def total(r, n, lo=lo, m=m, kw=kw):  # this layout's
             prof = stage_profile(ctx, tp=lo.tp, cp=lo.cp, sp=lo.sequence_parallel, recompute=lo.recompute,
                                  micro_batch=lo.micro_batch, pp=lo.pp, vpp=1, grad_accum=m, split=(n,) * lo.pp)
             return compose_memory(stage_memory_terms(ctx, prof[r], **kw))["total"]

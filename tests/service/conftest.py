@@ -25,9 +25,11 @@ def make_client(db_url):
 
     def make(**overrides) -> TestClient:
         settings = Settings(**{"database_url": db_url, "max_time_limit_s": 5.0, **overrides})
-        client = TestClient(create_app(settings), raise_server_exceptions=False)
+        app = create_app(settings)
+        client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()  # lifespan: the solve workers start (warm) before the first request
-        client.portal.call(client.app.state.pool.start)
+        assert client.portal is not None  # set by __enter__
+        client.portal.call(app.state.pool.start)
         clients.append(client)
         return client
 

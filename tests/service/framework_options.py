@@ -36,7 +36,7 @@ def parse_megatron(args: list[str]) -> dict[str, Any]:
             out[spec["dest"]] = spec["action"] == "store_true"
             i += 1
             continue
-        values = []
+        values: list[Any] = []
         i += 1
         while i < len(args) and not args[i].startswith("--") and (spec.get("nargs") == "+" or not values):
             values.append(_typed(name, spec, args[i]))
@@ -132,7 +132,8 @@ def _moe_violations(a: dict[str, Any]) -> list[str]:
             out.append("moe_layer_freq pattern must give 0/1 for every layer")
     if a["tensor_model_parallel_size"] > 1 and not a["sequence_parallel"]:
         out.append("MoE with tensor parallelism needs sequence parallelism")
-    if a["overlap_moe_expert_parallel_comm"] and (ep == 1 or a["moe_token_dispatcher_type"] not in ("alltoall", "flex")):
+    if a["overlap_moe_expert_parallel_comm"] and (
+            ep == 1 or a["moe_token_dispatcher_type"] not in ("alltoall", "flex")):
         out.append("A2A overlap needs EP > 1 and the alltoall/flex dispatcher")
     return out
 
@@ -231,7 +232,8 @@ def torchtitan_module_problems(text: str) -> list[str]:
     layer builder's parameters and the attributes it assigns."""
     import ast
 
-    fx, problems = fixture("torchtitan"), []
+    fx = fixture("torchtitan")
+    problems: list[str] = []
     tree = ast.parse(text)
     imported = {a.asname or a.name: n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 for a in n.names}
@@ -241,7 +243,7 @@ def torchtitan_module_problems(text: str) -> list[str]:
                 imported.get(ast.unparse(node.func)), {}):
             func = ast.unparse(node.func)  # the function of the module the name was imported from
             _check_call(func, by_module[imported[func]][func]["params"], node, problems)
-            problems += _flavor_problems(func, imported[func], node, fx)
+            problems += _flavor_problems(func, imported[func] or "", node, fx)
         elif isinstance(node, ast.ImportFrom):
             names = fx["modules"].get(node.module, {}).get("names")
             if names is None:

@@ -16,7 +16,7 @@ from service.launchers import megatron_args, megatron_env, megatron_export
 from service.launchers.megatron import megatron_rules, vocab_divisor
 from solver.errors import SpecError
 from solver.presets import load_model, load_training
-from solver.specs import LayoutSpec
+from solver.specs import LayoutSpec, Recompute, ZeroStage
 from tests.service.framework_options import (
     OptionError, fixture, megatron_defaults, megatron_violations, parse_megatron,
 )
@@ -51,12 +51,14 @@ def _decode(args: list[str], model, training) -> dict:
                       a["kv_channels"], a["swiglu"], not a["untie_embeddings_and_output_weights"])}
 
 
+ZERO_STAGES: list[ZeroStage] = [0, 1, 2, 3]
+RECOMPUTE: list[Recompute] = ["none", "selective", "full"]
 LAYOUTS = [LayoutSpec(tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, zero_stage=z, micro_batch=mb,
                       sequence_parallel=tp > 1, recompute=rc)
            for (tp, pp, vpp, dp, cp), z, mb, rc in itertools.product(
                [(8, 1, 1, 64, 1), (4, 2, 8, 64, 1), (4, 2, 2, 32, 2), (8, 4, 5, 16, 1), (2, 3, 1, 8, 1),
                 (8, 8, 3, 8, 1), (1, 5, 1, 4, 4)],
-               [0, 1, 2, 3], [1, 2], ["none", "selective", "full"])]
+               ZERO_STAGES, [1, 2], RECOMPUTE)]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: f"tp{lay.tp}pp{lay.pp}v{lay.vpp}cp{lay.cp}"

@@ -13,16 +13,18 @@ from service.launchers.torchtitan import torchtitan_settings
 from solver.errors import SpecError
 from solver.hf_config import model_from_hf_config
 from solver.presets import load_model
-from solver.specs import LayoutSpec
+from solver.specs import LayoutSpec, Recompute, ZeroStage
 from tests.service.framework_options import OptionError, fixture, torchtitan_module_problems, torchtitan_violations
 from tests.service.deepspeed_options import deepspeed_config_problems, parse_deepspeed_launcher
 
+ZERO_STAGES: list[ZeroStage] = [0, 1, 2, 3]
+RECOMPUTE: list[Recompute] = ["none", "full"]
 LAYOUTS = [LayoutSpec(tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, zero_stage=z, micro_batch=mb,
                       sequence_parallel=sp and tp > 1, recompute=rc)
            for (tp, pp, vpp, dp, cp), z, mb, rc, sp in itertools.product(
                [(8, 1, 1, 64, 1), (4, 2, 8, 64, 1), (4, 2, 2, 32, 2), (8, 4, 5, 16, 1), (8, 2, 1, 32, 1),
                 (1, 1, 1, 512, 1), (8, 1, 1, 32, 2)],
-               [0, 1, 2, 3], [1, 2], ["none", "full"], [True, False])]
+               ZERO_STAGES, [1, 2], RECOMPUTE, [True, False])]
 
 
 def _id(lay: LayoutSpec) -> str:

@@ -17,7 +17,9 @@ class Cells(HTMLParser):
 
     def __init__(self, table: str) -> None:
         super().__init__()
-        self.table, self.head, self.rows = table, [], []
+        self.table = table
+        self.head: list[str] = []
+        self.rows: list[list[str]] = []
         self.texts: dict[str, list[str]] = {}
         self.lines: dict[str, list[dict]] = {}
         self._in = self._cell = False

@@ -131,7 +131,6 @@ def test_body_size_limit_without_content_length(make_client):
 
 def test_saturated_is_503(make_client):
     """With every solve worker busy, a request waits queue_wait_s and then gets a 503."""
-    import asyncio
 
     client = make_client(max_concurrent_solves=1, queue_wait_s=0.05)
     pool = client.app.state.pool
@@ -186,7 +185,9 @@ def test_settings_from_env():
     s = Settings.from_env({"TRAINPLAN_API_TOKEN": "t", "TRAINPLAN_MAX_TIME_LIMIT_S": "7.5",
                            "TRAINPLAN_DATABASE_URL": "sqlite:///x.db", "UNRELATED": "1"})
     assert (s.api_token, s.max_time_limit_s, s.database_url) == ("t", 7.5, "sqlite:///x.db")
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="max_body_bytes"):
         Settings.from_env({"TRAINPLAN_MAX_BODY_BYTES": "ten"})
 
 

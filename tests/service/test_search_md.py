@@ -39,7 +39,7 @@ def test_search_md_min_gpus_shows_fewer_gpus(capsys):
     assert main(["search", *SEED, "--top", "2", "--objective", "min_gpus", "--format", "md"]) == 0
     head, *rows = _table(capsys.readouterr().out, "rank")
     for r in rows:
-        col = dict(zip(head, r))
+        col = dict(zip(head, r, strict=True))
         assert int(col["GPUs"]) == int(col["TP"]) * int(col["PP"]) * int(col["DP"]) * int(col["CP"])
         assert int(col["GPUs"]) < 512  # min_gpus on the seed uses far fewer than the cluster
 

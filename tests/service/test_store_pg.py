@@ -39,12 +39,12 @@ def test_two_replicas_starting_together_10_of_10(pg_db):
         with FreshDatabase(server_url()) as db:
             barrier, errors, stores = threading.Barrier(2), [], []
 
-            def start():
+            def start(barrier=barrier, stores=stores, errors=errors):  # this round's
                 try:
                     barrier.wait()
                     stores.append(PlanStore(db.url))
                     stores[-1].check_writable()
-                except Exception as exc:  # collected: the assertion below names it
+                except Exception as exc:  # noqa: BLE001 - any failure to start, collected: the assertion names it
                     errors.append(exc)
 
             threads = [threading.Thread(target=start) for _ in range(2)]

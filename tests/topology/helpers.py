@@ -20,7 +20,7 @@ def explicit_flat_graph(nodes: int, gpus_per_node: int) -> dict[str, Any]:
     """The flat description written out by hand as an explicit graph: per node one NVSwitch
     (450 GB/s per GPU, 1.5 us per hop), per GPU one NIC into a core switch (45 GB/s,
     5 us per NIC-core hop). GPU-to-GPU paths: 3 us inside a node, 10 us across."""
-    vertices = [{"id": "core", "type": "core"}]
+    vertices: list[dict[str, Any]] = [{"id": "core", "type": "core"}]
     links = []
     for n in range(nodes):
         vertices.append({"id": f"sw{n}", "type": "nvswitch"})

@@ -161,7 +161,7 @@ def test_blocks_that_straddle_units_match_full_routing(dims):
     fall at many offsets inside units, and interior units share one view."""
     c = cluster(40, 2, {"kind": "fat_tree", "nodes_per_leaf": 2, "nics_per_node": 1, "nic_gb_s": 40,
                         "oversubscription": 3.0, "spines": 2}, name="h6-straddle")
-    named = dict(zip(("tp", "cp", "dp", "pp"), dims))
+    named = dict(zip(("tp", "cp", "dp", "pp"), dims, strict=True))
     for order in ORDERS:
         fast = G.group_links(c, *dims, order=order)
         exact = _exact(c, named, order, G.fabric_for(c))
@@ -205,7 +205,7 @@ def test_bigger_trees_sampled_layouts_match_full_routing():
     layouts = [d for d in itertools.product(divisors, repeat=4) if 90 < math.prod(d) <= 180]
     fabric = G.fabric_for(c)
     for dims in random.Random(0).sample(layouts, 40):
-        named = dict(zip(("tp", "cp", "dp", "pp"), dims))
+        named = dict(zip(("tp", "cp", "dp", "pp"), dims, strict=True))
         for order in ORDERS[:2]:
             fast = G.group_links(c, *dims, order=order)
             exact = _exact(c, named, order, fabric)

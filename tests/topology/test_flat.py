@@ -62,7 +62,7 @@ def test_closed_form_fabric_equals_routing_on_the_built_graph(dims):
     from topology.placement import place
 
     c = cluster(4, 4, unavailable_nodes=[])
-    p = place(c, dict(zip(("tp", "cp", "dp", "pp"), dims)))
+    p = place(c, dict(zip(("tp", "cp", "dp", "pp"), dims, strict=True)))
     routed = GraphFabric(build_flat(c))
     for kind in ("tp", "cp", "dp", "pp"):
         assert G._kind_link(c, G.fabric_for(c), p, kind) == G._kind_link(c, routed, p, kind)

@@ -35,7 +35,8 @@ def test_explicit_graph_rejects_unknown_vertices():
         cluster(1, 1, bad)
 
 
-LAYOUT = '{"tp":8,"pp":1,"dp":64,"cp":1,"vpp":1,"sequence_parallel":true,"zero_stage":1,"micro_batch":1,"recompute":"selective"}'
+LAYOUT = ('{"tp":8,"pp":1,"dp":64,"cp":1,"vpp":1,"sequence_parallel":true,"zero_stage":1,"micro_batch":1,'
+          '"recompute":"selective"}')
 
 
 def test_cli_json(capsys):

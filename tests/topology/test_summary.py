@@ -15,6 +15,7 @@ from .helpers import cluster, explicit_flat_graph
 def _random_cluster(rng: random.Random):
     kind = rng.choice(["flat", "nvlink_domain", "fat_tree", "rail_optimized", None])
     gpn = rng.choice([1, 2, 3, 4, 5, 8])
+    topo: dict[str, object] | None
     if kind in ("fat_tree", "rail_optimized"):
         npl = rng.choice([1, 2, 3, 4])
         nodes = npl * rng.choice([1, 2, 3, 5])
