@@ -36,10 +36,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--training", required=True, help="training preset name or JSON path")
     p.add_argument("--layout", default=None, help="layout as a JSON path or an inline JSON object "
                    "(default: the plan's rank 1, see --from)")
-    p.add_argument("--from", dest="source", choices=("plan", "search"), default="plan",
+    p.add_argument("--from", dest="source", choices=("plan", "search"), default=None,
                    help="without --layout: plan = the layout `trainplan plan` ranks first with the same "
                         "inputs and flags, its `launch` (default); search = the best layout of `trainplan "
-                        "search`'s default options the framework runs")
+                        "search`'s default options the framework runs; refused with --layout")
     add_moe_splits_flag(p, None, "default: on with --from plan, as in `plan`; off with --from search, as in "
                                  "`search`")
     add_profile_flag(p)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     training = with_framework(require_training(args.training), args.framework)
     framework = training.framework
     skipped: list[dict] = []
-    source = "given" if args.layout is not None else args.source
+    source = layout_source(args)
     if source == "plan":
         layout, split, planned = _plan_rank1(args, model, cluster, training)
         placement = planned["placement"]
@@ -127,6 +127,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     emit(result, args.format, render_export)
     return 0
+
+
+def layout_source(args: argparse.Namespace) -> str:
+    """given, plan or search. --from, --moe-splits and --profile only choose the layout, so
+    with --layout they are refused (exit 2), not ignored. Raises: SpecError."""
+    from solver.errors import Problem, SpecError
+
+    if args.layout is None:
+        return args.source or "plan"
+    stray = [flag for flag, value in (("--from", args.source), ("--moe-splits/--no-moe-splits", args.moe_splits),
+                                      ("--profile", args.profile)) if value is not None]
+    if stray:
+        reason = "chooses the layout when --layout is not given; the layout is given (--layout)"
+        raise SpecError(f"{', '.join(stray)}: {reason}", [Problem(flag, reason) for flag in stray])
+    return "given"
 
 
 def native_text(framework: str, launch: dict[str, Any]) -> str:

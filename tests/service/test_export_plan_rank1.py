@@ -73,3 +73,13 @@ def test_markdown_says_the_layout_is_the_plans_rank1(capsys):
     inputs = _problem(untied_moe(), cluster(2, 4), training("torchtitan", batch_seqs=16))
     assert main(["export", *inputs, "--format", "md"]) == 0
     assert "Layout (the plan's rank 1, as `trainplan plan` ranks it)" in capsys.readouterr().out
+
+
+def test_flags_that_choose_the_layout_are_refused_with_a_given_layout(capsys):
+    """--from / --moe-splits / --profile only choose the layout: with --layout they exit 2
+    naming the flag instead of being ignored."""
+    layout = '{"tp": 8, "dp": 64, "zero_stage": 1, "sequence_parallel": true}'
+    seed = ["--model", "seed-70b", "--cluster", "seed-512", "--training", "seed-300b", "--layout", layout]
+    for flags, named in ((["--from", "search"], "--from"), (["--no-moe-splits"], "--moe-splits/--no-moe-splits")):
+        assert main(["export", *seed, *flags]) == 2
+        assert f"error: {named}: chooses the layout" in capsys.readouterr().err
