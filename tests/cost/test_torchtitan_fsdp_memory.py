@@ -3,6 +3,7 @@ solver/data/frameworks/torchtitan.json, memory.reduce_scatter_copy_bytes), count
 Each test fails on the code before it (two 40M-element buckets x 2 bytes = 160,000,000)."""
 from solver.cost.memory import comm_buffer_bytes, dp_buffer_bytes
 from solver.cost.options import CostOptions
+from solver.frameworks.profile import FrameworkName
 from solver.cost.terms import CostContext
 from solver.presets import load_model
 from solver.specs import TrainingSpec
@@ -11,7 +12,7 @@ from topology.catalog import load_cluster
 S = 8192
 
 
-def ctx(framework: str = "torchtitan", model: str = "llama3-8b") -> CostContext:
+def ctx(framework: FrameworkName = "torchtitan", model: str = "llama3-8b") -> CostContext:
     training = TrainingSpec(seq_len=S, global_batch_tokens=S * 64, framework=framework)
     return CostContext(load_model(model), load_cluster("seed-512"), training, CostOptions())
 
