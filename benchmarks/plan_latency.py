@@ -10,10 +10,11 @@ explicit fabric, 10 s); `before` the options the HTTP plan used to search with
 Prints JSON: the load average before and after, per problem and options the wall and CPU
 seconds (this process's, time.process_time: on a loaded machine the wall time is the CPU time
 stretched by the other processes) of each repeat (the first one cold) and, for the last repeat,
-its phases: the main search (wall, and per rank order its tables / optimize / window seconds and rows), the seed ladder's ranking
-(solver.layouts.ladder_versus_best: an estimate and solver.search.api.layout_rank), each
-scaling-grid row's search (solver.plan_stages._grid_point, by GPUs), the launch export, the
-report data and its rendering; `other_s` is the rest of the plan (accounting, risk, stages).
+its phases: the main search (wall, and per rank order its tables / optimize / window seconds
+and rows), the seed ladder's ranking (solver.layouts.ladder_versus_best: an estimate and
+solver.search.api.layout_rank), each scaling-grid row's search (solver.plan_stages._grid_point,
+by GPUs), the launch export, the report data and its rendering; `other_s` is the rest of the
+plan (accounting, risk, stages).
 
     .venv/bin/python -m benchmarks.plan_latency [--repeats 2] [--only qwen3] [--options now before]
     .venv/bin/python -m benchmarks.plan_latency --only qwen3 --profile /tmp/plan.prof  # cProfile

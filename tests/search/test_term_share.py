@@ -18,6 +18,7 @@ from topology.catalog import load_cluster
 
 def _cluster(nodes: int = 4):
     base = load_cluster("dgx-h100-superpod-rail-optimized")
+    assert base.topology is not None  # the preset states its fabric
     return base.model_copy(update={"nodes": nodes, "topology": base.topology.model_copy(update={"nodes_per_leaf": 2})})
 
 
