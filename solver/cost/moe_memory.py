@@ -80,7 +80,7 @@ from solver.cost.fp8 import FP8_BYTES
 from solver.cost.moe_fp8 import ExpertRows, moe_linear_weights_on_rank, moe_saved_input_delta_bytes
 from solver.cost.moe_comm import dense_and_expert_params, expert_dp_ranks, expert_shape
 from solver.cost.recompute import dropped_moe_bytes, mlp_dropped_bytes
-from solver.cost.state import framework_state_bytes, moe_gathered_delta_bytes
+from solver.cost.state import framework_state_bytes, moe_gathered_delta_bytes, moe_reduce_scatter_delta_bytes
 from solver.cost.terms import CostContext
 from solver.specs import Recompute, ZeroStage
 
@@ -93,20 +93,24 @@ def moe_model_state(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: int, zer
     edp = expert_dp_ranks(tp=tp, cp=cp, dp=dp, ep=ep, etp=e_tp)
     d = framework_state_bytes(ctx.training, dense / (tp * pp), pp=pp, dp=dp, cp=cp, zero=zero)
     x = framework_state_bytes(ctx.training, routed / (ep * e_tp * pp), pp=pp, dp=edp, cp=1, zero=zero)
-    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=e_tp)
+    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=e_tp, shards=dp * cp)
     return StateBytes(d.weights + x.weights + fp8_copy_bytes(ctx, tp=tp, pp=pp, ep=ep, etp=e_tp) + gathered,
                       d.gradients + x.gradients, d.optimizer + x.optimizer)
 
 
-def moe_gathered_bytes(ctx: CostContext, *, tp: int, pp: int, zero: ZeroStage, ep: int, etp: int) -> float:
+def moe_gathered_bytes(ctx: CostContext, *, tp: int, pp: int, zero: ZeroStage, ep: int, etp: int,
+                       shards: int) -> float:
     """Bytes per GPU that gathered (ZeRO-3 / FSDP) units add because they are MoE blocks, not
     the dense-layer unit memory.comm_buffer_bytes charges (solver.cost.state.
     moe_gathered_delta_bytes; may be negative, never below minus comm_buffer_bytes' gathered
-    part). Charged once per GPU, on every pipeline rank: moe_model_state here, and
-    solver.cost.moe_stages for explicit splits."""
+    part), and, with shards = DP x CP > 1, what a MoE block adds to FSDP2's reduce-scatter copy
+    (state.moe_reduce_scatter_delta_bytes, torchtitan). Charged once per GPU, on every pipeline
+    rank: moe_model_state here, and solver.cost.moe_stages for explicit splits."""
     _dense, routed = dense_and_expert_params(ctx)
     per_layer = routed // (ctx.params.moe_layers + ctx.model.mtp_layers)
-    return moe_gathered_delta_bytes(ctx.training, ctx.params, per_layer, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp)
+    kw = {"tp": tp, "pp": pp, "ep": ep, "etp": etp}
+    rs = moe_reduce_scatter_delta_bytes(ctx.training, ctx.params, per_layer, **kw) if shards > 1 else 0.0
+    return moe_gathered_delta_bytes(ctx.training, ctx.params, per_layer, zero=zero, **kw) + rs
 
 
 def fp8_copy_bytes(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int) -> float:

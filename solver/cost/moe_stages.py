@@ -180,7 +180,8 @@ def moe_stage_terms(ctx: CostContext, layout: LayoutSpec, grad_accum: int, *, lo
     w = ctx.fp8_work
     ns, ks = rank_layers(split, lo.pp), moe_layers_per_rank(moe_layer_mask(ctx.model), split, lo.pp)
     acts = rank_activation_bytes(ctx, lo, grad_accum, ns, ks)
-    gathered = moe_gathered_bytes(ctx, tp=lo.tp, pp=lo.pp, zero=lo.zero_stage, ep=lo.ep, etp=lo.expert_tp)
+    gathered = moe_gathered_bytes(ctx, tp=lo.tp, pp=lo.pp, zero=lo.zero_stage, ep=lo.ep, etp=lo.expert_tp,
+                                  shards=lo.dp * lo.cp)
     out = []
     for r, ((dense, routed), n, k) in enumerate(zip(rank_parameters(ctx, lo.pp, split), ns, ks, strict=True)):
         last = r == lo.pp - 1
@@ -234,10 +235,11 @@ def state_bytes_per_param(ctx: CostContext, *, tp: int, pp: int, dp: int, cp: in
     return whole(dp * cp) / tp, whole(edp) / (ep * etp)
 
 
-def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, zero: int,
+def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, zero: int, shards: int,
                       state: tuple[float, float], acts: tuple, logits: float, comm_buffers: float) -> RankLines:
     """RankLines of a MoE layout with these degrees. state: its state_bytes_per_param; acts: its
-    activation_parts; zero: its ZeRO stage (the gathered MoE blocks, moe_memory.moe_gathered_bytes)."""
+    activation_parts; zero: its ZeRO stage and shards its DP x CP (the gathered MoE blocks and
+    reduce-scatter copy, moe_memory.moe_gathered_bytes)."""
     m, pc, e = ctx.model, ctx.params, ctx.model.moe
     assert e is not None  # callers pass MoE models only
     routed = e.experts * ffn_params(m, e.expert_ffn_hidden)
@@ -245,7 +247,7 @@ def rank_memory_lines(ctx: CostContext, *, tp: int, pp: int, ep: int, etp: int, 
     sd, sx = state
     copy, (both, ffn, block) = fp8_copy_parts(ctx, tp=tp, ep=ep, etp=etp)
     per_layer, per_moe, embed, full, moe_full, dispatch, mtp, flight, buffers = acts
-    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp)  # type: ignore[arg-type]
+    gathered = moe_gathered_bytes(ctx, tp=tp, pp=pp, zero=zero, ep=ep, etp=etp, shards=shards)  # type: ignore[arg-type]
     fixed_other = ctx.options.framework_overhead_bytes + comm_buffers + gathered + full
     base, a, c = [], [], []
     once_moe = (moe_full + dispatch,) * pp

@@ -169,6 +169,24 @@ def moe_gathered_delta_bytes(training: TrainingSpec, params: ParameterCounts, ro
     return units * (largest - dense_unit) * BF16_BYTES
 
 
+def moe_reduce_scatter_delta_bytes(training: TrainingSpec, params: ParameterCounts, routed_per_layer: int, *,
+                                   tp: int, pp: int, ep: int, etp: int) -> float:
+    """What reduce_scatter_bytes misses for a MoE model, bytes per GPU (never negative): the
+    reduce-scatter copy is of the largest FSDP unit, and a MoE block (its attention, norms, router
+    and shared experts / tp plus its E / (ep x etp) routed experts, the unit moe_gathered_delta_bytes
+    gathers) can outgrow the dense block and the LM-head unit reduce_scatter_bytes sizes it by
+    (Mixtral 8x7B at EP 1: 1.45e9 parameters against 2.2e8). 0 where the profile states no copy."""
+    copy = load_framework(training.framework).memory.reduce_scatter_copy_bytes
+    if copy is None:
+        return 0.0
+    head = params.final_norm + (params.lm_head or params.embedding + params.position_embedding)
+    charged = max(params.per_layer, head) / tp
+    moe_unit = (params.attention_per_layer + params.norms_per_layer + params.moe_ffn_per_layer
+                - routed_per_layer) / tp + routed_per_layer / (ep * etp)
+    per_param = copy.value + (0 if pp > 1 else BF16_BYTES)
+    return max(0.0, moe_unit - charged) * per_param
+
+
 def recipe_summary(training: TrainingSpec, zero: int, pp: int, dp: int, cp: int) -> dict:
     """What the plan prints beside a layout's memory: framework, mode, bytes per parameter."""
     r = state_recipe(training, zero, pp)

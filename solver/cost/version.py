@@ -7,4 +7,4 @@ fails until they are).
 """
 from __future__ import annotations
 
-MODEL_VERSION = "2026.12.16"
+MODEL_VERSION = "2026.12.17"

@@ -305,7 +305,8 @@ def lines(t, shard: tuple, vpp: int, rc: str, m: int):
         tp, pp, cp, dp, sp, zero, mb, ep, etp = shard
         rest = t.rest(*shard)
         memo[(shard, vpp, rc, m)] = rank_memory_lines(
-            t.ctx, tp=tp, pp=pp, ep=ep, etp=etp, zero=zero, state=_state(t, tp, pp, dp, cp, zero, ep, etp),
+            t.ctx, tp=tp, pp=pp, ep=ep, etp=etp, zero=zero, shards=dp * cp,
+            state=_state(t, tp, pp, dp, cp, zero, ep, etp),
             acts=_acts(t, tp, pp, cp, vpp, mb, sp, rc, ep, etp, m), logits=rest[3], comm_buffers=rest[4])
     return memo[(shard, vpp, rc, m)]
 

@@ -40,7 +40,8 @@ def test_rank_lines_equal_stage_terms_and_floor_is_below_every_split(training, s
     buffers = buffer_terms(ctx, lo)
     state = state_bytes_per_param(ctx, tp=tp, pp=pp, dp=lo.dp, cp=1, zero=zero, ep=ep, etp=1)
     acts = activation_parts(ctx, lo, m)
-    lines = rank_memory_lines(ctx, tp=tp, pp=pp, ep=ep, etp=1, zero=zero, state=state, acts=acts, **buffers)
+    lines = rank_memory_lines(ctx, tp=tp, pp=pp, ep=ep, etp=1, zero=zero, shards=lo.dp, state=state, acts=acts,
+                              **buffers)
     parts = mean_floor_parts(ctx, pp=pp, n_moe=sum(moe_layer_mask(DSV3)))
     floor = (floor_state_bytes(parts, state) + floor_activation_bytes(parts, acts)
              + floor_rest_bytes(ctx, parts, fp8_copy_parts(ctx, tp=tp, ep=ep, etp=1)))

@@ -1,11 +1,15 @@
 """torchtitan's FSDP2 memory semantics read in PyTorch's and torchtitan's own source (cited in
 solver/data/frameworks/torchtitan.json, memory.reduce_scatter_copy_bytes), counted by hand.
 Each test fails on the code before it (two 40M-element buckets x 2 bytes = 160,000,000)."""
+from pathlib import Path
+
+from solver.cost.estimate import make_context
 from solver.cost.memory import comm_buffer_bytes, dp_buffer_bytes
+from solver.cost.moe_memory import moe_gathered_bytes
 from solver.cost.options import CostOptions
 from solver.frameworks.profile import FrameworkName
 from solver.cost.terms import CostContext
-from solver.presets import load_model
+from solver.presets import load_model, load_training
 from solver.specs import TrainingSpec
 from topology.catalog import load_cluster
 
@@ -57,3 +61,26 @@ def test_fsdp2_under_pp_copies_the_fp32_accumulated_gradient():
 def test_other_frameworks_keep_their_reduce_terms():
     # Megatron-FSDP (ZeRO-3) keeps the default two buckets; DeepSpeed its reduce buffers.
     assert dp_buffer_bytes(ctx("megatron-core"), dp=8, cp=1, zero=3, tp=1, pp=1) == 2 * 40_000_000 * 2
+
+
+def test_a_moe_block_is_the_largest_unit_reduced():
+    # Mixtral 8x7B (h 4096, 32 heads, 8 KV heads, 8 experts of width 14336, top-2), TP1: a MoE block
+    # is attention 2 x 4096^2 + 2 x 4096 x 1024 (41,943,040) + norms 8,192 + router 4096 x 8 (32,768)
+    # + 8 x 3 x 4096 x 14336 (1,409,286,144) = 1,451,270,144 parameters at EP 1, against the dense
+    # block dp_buffer_bytes sizes the copy by (41,943,040 + 3 x 4096 x 14336 + 8,192 = 218,112,000;
+    # the LM-head unit 4,096 + 32,000 x 4096 is smaller): (1,451,270,144 - 218,112,000) x 6 more.
+    hf = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "mixtral-8x7b" / "config.json"
+    c = make_context(load_model(str(hf)), load_cluster("seed-512"),
+                     load_training("seed-300b").model_copy(update={"framework": "torchtitan"}))
+    kw = {"tp": 1, "pp": 1, "zero": 3, "etp": 1}
+    assert moe_gathered_bytes(c, **kw, ep=1, shards=8) - moe_gathered_bytes(c, **kw, ep=1, shards=1) \
+        == 1_233_158_144 * 6 == 7_398_948_864
+    # EP 8: 41,984,000 + 1,409,286,144 / 8 = 218,144,768, 32,768 above the dense block
+    assert moe_gathered_bytes(c, **kw, ep=8, shards=8) - moe_gathered_bytes(c, **kw, ep=8, shards=1) == 32_768 * 6
+    # under PP the copy is 4 bytes a parameter (the FP32 accumulated gradient is the recipe's)
+    pp = {**kw, "pp": 2, "zero": 1}
+    assert moe_gathered_bytes(c, **pp, ep=1, shards=8) - moe_gathered_bytes(c, **pp, ep=1, shards=1) \
+        == 1_233_158_144 * 4
+    # Megatron-Core states no copy: nothing added
+    m = make_context(c.model, c.cluster, c.training.model_copy(update={"framework": "megatron-core"}))
+    assert moe_gathered_bytes(m, **kw, ep=1, shards=8) == moe_gathered_bytes(m, **kw, ep=1, shards=1)
