@@ -23,9 +23,11 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP) $@
 
+# mypy reads tests/ too, so the lint environment has the test extras (pytest, hypothesis, httpx,
+# schemathesis): without them every test module's imports are unresolved findings.
 $(LINT_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[lint]'
-	touch $(STAMP) $@
+	$(BIN)/python -m pip install --quiet -e '.[lint,test]'
+	touch $(STAMP) $(TEST_STAMP) $@
 
 install: $(STAMP)
 
