@@ -145,16 +145,12 @@ def plan_builds(model, cluster, training, options, cost_options: Any = None) -> 
 
 def table_size(model, cluster, training, options) -> tuple[int, int]:
     """(pipeline rows, row groups) of one search's tables before pruning
-    (solver.search.cpsat.LayoutModel.pipeline_rows: every structurally valid row, the rows the
-    pruning visits; their groups, solver.search.model.pipe_group)."""
+    (solver.search.cpsat.LayoutModel.row_counts: every structurally valid row, the rows the
+    pruning visits, and their groups, solver.search.model.pipe_group), counted without building
+    the rows (DeepSeek-V3's plan enumerated 913,792 of them in 2.6 s before its search)."""
     from solver.search.cpsat import LayoutModel
-    from solver.search.model import pipe_group
 
-    rows, groups = 0, set()
-    for key in LayoutModel(model, cluster, training, options).pipeline_rows():
-        rows += 1
-        groups.add(pipe_group(key))
-    return rows, len(groups)
+    return LayoutModel(model, cluster, training, options).row_counts()
 
 
 def plan_work(model, cluster, training, options, settings: Any, cost_options: Any = None) -> dict[str, Any]:

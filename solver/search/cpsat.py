@@ -204,12 +204,33 @@ class LayoutModel:
                 if self.zero_stages(tp, pp, cp, dp, ep, etp):
                     yield from self._rows(tp, pp, cp, dp, ep, etp)
 
+    def row_counts(self) -> tuple[int, int]:
+        """(rows, row groups) pipeline_rows would yield, counted per set of degrees without
+        building the rows: a degree set's rows are its sp values x, over vpp, micro-batches x
+        recompute codes; its groups (solver.search.model.pipe_group) its sp values x the
+        micro-batches of the vpps that have a recompute code."""
+        rows = groups = 0
+        for tp, pp, cp, dp in self.degree_rows():
+            for ep, etp in self.expert_pairs(tp, cp, dp):
+                if self.zero_stages(tp, pp, cp, dp, ep, etp):
+                    n_sp = len(self._sps(tp, pp, cp, ep, etp))
+                    mbs: set[int] = set()
+                    for vpp, rcs in self._vpp_rcs(pp, ep, etp):
+                        some = self._micro_batches(dp, pp, vpp) if rcs else []
+                        rows += n_sp * len(some) * len(rcs)
+                        mbs.update(some)
+                    groups += n_sp * len(mbs)
+        return rows, groups
+
+    def _sps(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> list[bool]:
+        """The sequence-parallel values the rules admit (they read neither vpp nor the micro-batch)."""
+        return [sp for sp in self.values["sequence_parallel"]
+                if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
+                and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
+
     def _rows(self, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int) -> Iterable[tuple]:
         """The pipeline rows of one set of degrees (vpp, then micro-batch, sp, recompute)."""
-        # the sequence-parallel rules read neither vpp nor the micro-batch: tested once
-        sps = [sp for sp in self.values["sequence_parallel"]
-               if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
-               and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
+        sps = self._sps(tp, pp, cp, ep, etp)  # tested once per degree set
         for vpp, rcs in self._vpp_rcs(pp, ep, etp):
             tail = [(sp, rc) for sp in sps for rc in rcs]
             for mb in self._micro_batches(dp, pp, vpp):
