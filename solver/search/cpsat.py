@@ -222,8 +222,9 @@ class LayoutModel:
                     groups += n_sp * len(mbs)
         return rows, groups
 
-    def _sps(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> list[bool]:
-        """The sequence-parallel values the rules admit (they read neither vpp nor the micro-batch)."""
+    def _sps(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> list[int]:
+        """The sequence-parallel values (0 or 1) the rules admit (they read neither vpp nor the
+        micro-batch)."""
         return [sp for sp in self.values["sequence_parallel"]
                 if rules.sequence_parallel_ok(tp, bool(sp)) and rules.framework_tensor_ok(self.training, tp, bool(sp))
                 and rules.framework_expert_ok(self.training, tp, pp, cp, bool(sp), ep, etp)]
